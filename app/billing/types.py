@@ -1,0 +1,98 @@
+"""Plain data that goes into and comes out of the pure rating functions (no ORM, no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from app.metrics.types import BreachMinute, ModelEnergy, UsageRow
+from app.policy.document import PolicyDocument
+
+PLATFORM = "platform"  # the account that receives the platform statement and unallocated use
+
+
+class LineKind:
+    """Charge line kinds; the first four families are SPEC section 5 lines 1-4 and 6."""
+
+    RESERVED_FEE = "reserved_fee"  # line 1
+    INFERENCE_OVERAGE = "inference_overage"  # line 2
+    USAGE_BUSY = "usage_busy"  # line 3, training/preprocessing while inference is busy
+    USAGE_DARK = "usage_dark"  # line 3, at the dark-time multiplier
+    SLA_PENALTY = "sla_penalty"  # line 4, paid by co-located training/preprocessing
+    SLA_CREDIT = "sla_credit"  # line 4, received by the service's tenant (negative amount)
+    UNALLOCATED = "unallocated_usage"  # line 6, billed to the platform
+    # platform balance (line 5); these are not charges, they explain C - lines 1-3
+    IDLE = "platform_idle"
+    DARK_DISCOUNT = "platform_dark_discount"
+    RESERVED_UNUSED = "platform_reserved_unused"  # negative: reserved fees above their use
+    ROUNDING = "platform_rounding"
+
+    CHARGES = (RESERVED_FEE, INFERENCE_OVERAGE, USAGE_BUSY, USAGE_DARK, UNALLOCATED)
+    TRANSFERS = (SLA_PENALTY, SLA_CREDIT)
+    BALANCE = (IDLE, DARK_DISCOUNT, RESERVED_UNUSED, ROUNDING)
+
+
+@dataclass(frozen=True)
+class RatingHour:
+    """Everything rating needs about one pool in one hour, with the policy version in effect then."""
+
+    hour: int  # epoch seconds of the hour start
+    pool: str
+    policy_version: int
+    policy: PolicyDocument
+    gpus: int
+    capacity_gpu_seconds: Decimal
+    models: tuple[ModelEnergy, ...]
+    usage: tuple[UsageRow, ...]  # rows of this pool only
+    breaches: tuple[BreachMinute, ...] = ()  # breach minutes of this pool's services
+
+
+@dataclass(frozen=True)
+class ChargeLine:
+    """One invoice or statement line, aggregated over the hours that share its key.
+
+    Lines are split where the policy version (hence a price) changes: `charge_start`/`charge_end`
+    (epoch seconds, end exclusive) bound the hours it covers.
+    """
+
+    account: str  # tenant name, or PLATFORM
+    pool: str
+    kind: str  # a LineKind value
+    klass: str  # inference | training | preprocessing | unallocated | "" for balance lines
+    policy_version: int
+    charge_start: int
+    charge_end: int
+    quantity: Decimal  # GPU-hours, or breach minutes for SLA lines
+    unit: str  # "GPU-hour" | "breach-minute"
+    amount: Decimal  # rounded half-even to the currency's cents
+    service: str = ""  # SLA lines: the service whose red line was crossed
+    corrects: str = ""  # a correction line: the id of the finalized line it corrects
+
+
+@dataclass(frozen=True)
+class TenantUsage:
+    """Reported, not billed: GPU-hours and efficiency per tenant, pool and class."""
+
+    tenant: str
+    pool: str
+    klass: str
+    busy_gpu_hours: Decimal
+    dark_gpu_hours: Decimal
+    efficiency: float | None  # mean engine activity over occupied samples, None when unmeasured
+
+
+@dataclass(frozen=True)
+class UnattributedBreach:
+    service: str
+    pool: str
+    minute_end: int
+    penalty: Decimal  # what it would have cost; nobody pays it
+
+
+@dataclass
+class RatingResult:
+    currency: str
+    lines: list[ChargeLine] = field(default_factory=list)
+    usage: list[TenantUsage] = field(default_factory=list)
+    unattributed: list[UnattributedBreach] = field(default_factory=list)
+    cost_by_pool: dict[str, Decimal] = field(default_factory=dict)  # C per pool over the period, rounded

@@ -1,0 +1,45 @@
+"""The `chargeback` command: one typer app with a sub-app per domain."""
+
+from __future__ import annotations
+
+import typer
+
+from app.billing.cli import app as billing_app
+from app.metrics.cli import app as metrics_app
+from app.policy.cli import app as policy_app
+from app.auth.cli import app as auth_app
+
+app = typer.Typer(help="GPU co-location chargeback portal", no_args_is_help=True)
+db_app = typer.Typer(help="Database schema", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(policy_app, name="policy")
+# Domain apps register top-level commands too (ingest, worker, rate, close, user, token).
+for sub in (metrics_app, billing_app, auth_app):
+    for command in sub.registered_commands:
+        app.registered_commands.append(command)
+    for group in sub.registered_groups:
+        app.registered_groups.append(group)
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: str = typer.Argument("head")) -> None:
+    """Apply migrations up to REVISION (default: head)."""
+    from app.core.migrate import upgrade
+    from app.core.settings import get_settings
+
+    upgrade(get_settings().database_url, revision)
+    typer.echo(f"database at {revision}")
+
+
+@db_app.command("downgrade")
+def db_downgrade(revision: str = typer.Argument(...)) -> None:
+    """Revert migrations down to REVISION ("base" for an empty database)."""
+    from app.core.migrate import downgrade
+    from app.core.settings import get_settings
+
+    downgrade(get_settings().database_url, revision)
+    typer.echo(f"database at {revision}")
+
+
+def main() -> None:
+    app()

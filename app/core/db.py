@@ -1,0 +1,59 @@
+"""Engine and session handling. Services flush; only `unit_of_work` and the request dependency commit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, create_engine
+
+from app.core.settings import get_settings
+
+
+def make_engine(url: str) -> Engine:
+    """Create an engine; SQLite gets a busy timeout and foreign keys, and its folder is created."""
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection, _record):  # pragma: no cover - trivial
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.close()
+
+        return engine
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+@lru_cache
+def get_engine() -> Engine:
+    return make_engine(get_settings().database_url)
+
+
+@contextmanager
+def unit_of_work(engine: Engine | None = None) -> Iterator[Session]:
+    """The one place outside requests that commits: commit on success, roll back on any error."""
+    session = Session(engine or get_engine(), expire_on_commit=False)
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def is_postgres(session_or_engine) -> bool:
+    bind = session_or_engine.get_bind() if isinstance(session_or_engine, Session) else session_or_engine
+    return bind.dialect.name == "postgresql"

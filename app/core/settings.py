@@ -1,0 +1,51 @@
+"""One Settings object for the whole portal, read from CHARGEBACK_* environment variables."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from pydantic import field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEV_SECRET = "development-only-secret-change-me"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CHARGEBACK_", env_file=".env", extra="ignore")
+
+    environment: str = "development"
+    database_url: str = f"sqlite:///{Path('var') / 'chargeback.db'}"
+    # Unset means the built-in cluster simulator is the metrics source.
+    prometheus_url: str | None = None
+    scrape_interval_s: int = 30
+    billing_timezone: str = "UTC"
+    secret_key: str = DEV_SECRET
+    # The simulator, when it is the source.
+    simulator_seed: int = 42
+    simulator_gpus: int = 32
+    # Worker: how long after an hour ends before it is ingested (Prometheus scrape + rule lag).
+    ingest_delay_s: int = 120
+    prometheus_timeout_s: float = 60.0
+
+    @field_validator("billing_timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        ZoneInfo(value)  # raises for an unknown zone
+        return value
+
+    @model_validator(mode="after")
+    def _no_default_secret_in_production(self) -> "Settings":
+        if self.environment != "development" and self.secret_key == DEV_SECRET:
+            raise ValueError("CHARGEBACK_SECRET_KEY must be set outside development")
+        return self
+
+    @property
+    def tz(self) -> ZoneInfo:
+        return ZoneInfo(self.billing_timezone)
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,92 @@
+"""Hourly rollups (SPEC section 4). An hour is replaced whole on re-ingestion; a gap is an `IngestHour` row."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy import Column, Numeric, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+import app.core.models  # noqa: F401  (naming convention)
+
+GPU_SECONDS = Numeric(20, 6)
+KWH = Numeric(20, 9)
+
+
+class IngestHour(SQLModel, table=True):
+    """One row per hour the portal has tried: `ok` (rollups stored) or `gap` (retry pending)."""
+
+    __tablename__ = "ingest_hour"
+
+    hour: datetime = Field(primary_key=True)
+    status: str  # ok | gap
+    policy_version_id: int | None = Field(default=None, foreign_key="policy_version.id")
+    attempts: int = 0
+    last_error: str = ""
+    ingested_at: datetime | None = None
+    duration_s: float = 0.0
+    next_retry_at: datetime | None = None
+
+
+class UsageRollup(SQLModel, table=True):
+    __tablename__ = "usage_rollup"
+    __table_args__ = (UniqueConstraint("hour", "pool", "tenant", "klass", "dark", name="uq_usage_rollup_key"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    hour: datetime = Field(index=True)
+    pool: str
+    tenant: str = Field(index=True)
+    klass: str
+    dark: bool
+    gpu_seconds: Decimal = Field(sa_column=Column(GPU_SECONDS, nullable=False))
+    activity_sum: float = 0.0
+    activity_samples: int = 0
+    policy_version_id: int = Field(foreign_key="policy_version.id")
+
+
+class PoolHourRollup(SQLModel, table=True):
+    __tablename__ = "pool_hour"
+
+    hour: datetime = Field(primary_key=True)
+    pool: str = Field(primary_key=True)
+    gpus: int
+    capacity_gpu_seconds: Decimal = Field(sa_column=Column(GPU_SECONDS, nullable=False))
+    dark_minutes: int
+    policy_version_id: int = Field(foreign_key="policy_version.id")
+
+
+class PoolHourModel(SQLModel, table=True):
+    """Cost inputs of one GPU model in one pool-hour."""
+
+    __tablename__ = "pool_hour_model"
+
+    hour: datetime = Field(primary_key=True)
+    pool: str = Field(primary_key=True)
+    model: str = Field(primary_key=True)
+    gpus: int
+    measured_gpus: int
+    measured_kwh: Decimal = Field(sa_column=Column(KWH, nullable=False))
+
+
+class BreachMinuteRollup(SQLModel, table=True):
+    __tablename__ = "breach_minute"
+    __table_args__ = (UniqueConstraint("service", "minute_end", name="uq_breach_minute_key"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    hour: datetime = Field(index=True)
+    service: str
+    service_tenant: str
+    pool: str
+    minute_end: datetime
+    p99_ms: Decimal = Field(sa_column=Column(Numeric(14, 3), nullable=False))
+
+
+class BreachShare(SQLModel, table=True):
+    """GPU-seconds a training/preprocessing tenant had in the pool during one breach minute."""
+
+    __tablename__ = "breach_share"
+
+    breach_id: int = Field(foreign_key="breach_minute.id", primary_key=True, ondelete="CASCADE")
+    tenant: str = Field(primary_key=True)
+    gpu_seconds: Decimal = Field(sa_column=Column(GPU_SECONDS, nullable=False))

@@ -1,0 +1,5 @@
+"""`chargeback policy ...` commands."""
+
+import typer
+
+app = typer.Typer(help="policy commands", no_args_is_help=True)

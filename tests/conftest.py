@@ -1,0 +1,72 @@
+"""Shared fixtures. Every database-backed test runs on SQLite and on PostgreSQL, schema built by migrations."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from app.core.db import make_engine
+from tests.support.databases import drop_postgres_database, migrated, new_postgres_database, new_sqlite_database
+
+BACKENDS = ["sqlite", "postgres"]
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def db_url(request, tmp_path_factory) -> Iterator[str]:
+    """A migrated database for the whole test session, one per backend."""
+    if request.param == "sqlite":
+        yield migrated(new_sqlite_database(tmp_path_factory.mktemp("sqlite")))
+        return
+    url = new_postgres_database()
+    try:
+        yield migrated(url)
+    finally:
+        drop_postgres_database(url)
+
+
+@pytest.fixture(scope="session")
+def engine(db_url) -> Iterator[Engine]:
+    eng = make_engine(db_url)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def session(engine) -> Iterator[Session]:
+    """A session inside a transaction that is rolled back after the test (services may still commit)."""
+    connection = engine.connect()
+    outer = connection.begin()
+    sess = Session(bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False)
+    try:
+        yield sess
+    finally:
+        sess.close()
+        outer.rollback()
+        connection.close()
+
+
+@pytest.fixture
+def fresh_db_url(tmp_path, request) -> Iterator[str]:
+    """An empty, migrated database of its own for tests that commit across processes (SQLite file)."""
+    yield migrated(new_sqlite_database(tmp_path))
+
+
+@pytest.fixture(params=BACKENDS)
+def fresh_engine(request, tmp_path) -> Iterator[Engine]:
+    """A migrated database of its own per test, both backends: for tests that commit, lock or crash."""
+    if request.param == "sqlite":
+        url = migrated(new_sqlite_database(tmp_path))
+        eng = make_engine(url)
+        yield eng
+        eng.dispose()
+        return
+    url = migrated(new_postgres_database())
+    eng = make_engine(url)
+    try:
+        yield eng
+    finally:
+        eng.dispose()
+        drop_postgres_database(url)
