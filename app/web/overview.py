@@ -1,0 +1,5 @@
+"""Routes (filled in by the domain that owns them)."""
+
+from fastapi import APIRouter
+
+router = APIRouter()
