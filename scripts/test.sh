@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Set up everything the tests need on a fresh Debian machine, then run every test.
+#   - Debian packages: prometheus (+ promtool), chromium, poppler-utils (pdftotext), postgresql
+#   - a virtualenv in .venv with the project and its test extras
+#   - PostgreSQL: the one on 127.0.0.1:5432 if it answers, else a throwaway cluster in /tmp
+# Extra arguments go to pytest (e.g. scripts/test.sh -k billing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n==> %s\n' "$*"; }
+
+missing=()
+command -v prometheus >/dev/null || missing+=(prometheus)
+command -v promtool >/dev/null || missing+=(prometheus)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v pdftotext >/dev/null || missing+=(poppler-utils)
+command -v pg_isready >/dev/null || missing+=(postgresql-client)
+if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  missing+=(postgresql)
+fi
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+log "python environment (.venv)"
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[test]'
+
+if [ -z "${CHARGEBACK_TEST_PG_URL:-}" ]; then
+  if pg_isready -q -h 127.0.0.1 -p 5432; then
+    export CHARGEBACK_TEST_PG_URL="postgresql://postgres@127.0.0.1:5432/test"
+    psql -q -h 127.0.0.1 -U postgres -d test -c 'select 1' >/dev/null 2>&1 \
+      || export CHARGEBACK_TEST_PG_URL="postgresql://postgres@127.0.0.1:5432/postgres"
+  else
+    log "no PostgreSQL on 127.0.0.1:5432: starting a throwaway cluster"
+    PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+    PGDIR=$(mktemp -d /tmp/chargeback-pg.XXXXXX)
+    PGPORT=55432
+    RUN=()
+    if [ "$(id -u)" -eq 0 ]; then chown postgres "$PGDIR"; RUN=(runuser -u postgres --); fi
+    "${RUN[@]}" "$PGBIN/initdb" -q -D "$PGDIR/data" -U postgres --auth=trust >/dev/null
+    "${RUN[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/log" -w \
+      -o "-p $PGPORT -k $PGDIR -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off" start >/dev/null
+    trap '"${RUN[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -m immediate stop >/dev/null 2>&1 || true' EXIT
+    export CHARGEBACK_TEST_PG_URL="postgresql://postgres@127.0.0.1:$PGPORT/postgres"
+  fi
+fi
+
+log "pytest (PostgreSQL: $CHARGEBACK_TEST_PG_URL)"
+.venv/bin/python -m pytest -q "$@"
