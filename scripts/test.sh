@@ -31,21 +31,21 @@ log "python environment (.venv)"
 .venv/bin/python -m pip install -q -e '.[test]'
 
 if [ -z "${CHARGEBACK_TEST_PG_URL:-}" ]; then
-  if pg_isready -q -h 127.0.0.1 -p 5432; then
+  if [ -z "${CHARGEBACK_TEST_PG_THROWAWAY:-}" ] && pg_isready -q -h 127.0.0.1 -p 5432; then
     export CHARGEBACK_TEST_PG_URL="postgresql://postgres@127.0.0.1:5432/test"
     psql -q -h 127.0.0.1 -U postgres -d test -c 'select 1' >/dev/null 2>&1 \
       || export CHARGEBACK_TEST_PG_URL="postgresql://postgres@127.0.0.1:5432/postgres"
   else
-    log "no PostgreSQL on 127.0.0.1:5432: starting a throwaway cluster"
+    log "starting a throwaway PostgreSQL cluster (none on 127.0.0.1:5432, or CHARGEBACK_TEST_PG_THROWAWAY set)"
     PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
     PGDIR=$(mktemp -d /tmp/chargeback-pg.XXXXXX)
     PGPORT=55432
     RUN=()
     if [ "$(id -u)" -eq 0 ]; then chown postgres "$PGDIR"; RUN=(runuser -u postgres --); fi
-    "${RUN[@]}" "$PGBIN/initdb" -q -D "$PGDIR/data" -U postgres --auth=trust >/dev/null
+    "${RUN[@]}" "$PGBIN/initdb" -D "$PGDIR/data" -U postgres --auth=trust >/dev/null
     "${RUN[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/log" -w \
       -o "-p $PGPORT -k $PGDIR -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off" start >/dev/null
-    trap '"${RUN[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -m immediate stop >/dev/null 2>&1 || true' EXIT
+    trap '"${RUN[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -m immediate stop >/dev/null 2>&1 || true; rm -rf "$PGDIR"' EXIT
     export CHARGEBACK_TEST_PG_URL="postgresql://postgres@127.0.0.1:$PGPORT/postgres"
   fi
 fi
