@@ -37,6 +37,9 @@ class Pool(Strict):
     nodes: list[str] = Field(min_length=1)
     reserved_fraction: Decimal = Field(default=Decimal("0.30"), ge=0, le=1)
     reservations: dict[str, Decimal] = Field(default_factory=dict)
+    # Additive: the pool's GPUs are nodes x gpus_per_node; its model defaults to the only priced one.
+    gpus_per_node: int = Field(default=8, ge=1)
+    gpu_model: str | None = None
 
 
 class GpuPrice(Strict):
@@ -101,6 +104,8 @@ class Quota(Strict):
 
 class MigNode(Strict):
     mode: Literal["single", "mixed"] = "mixed"
+    # Additive: the node's modelName; None = its pool's gpu_model, else the only priced model.
+    model: str | None = None
     # GPU index or range ("0-3", "5") -> {profile: count}
     gpus: dict[str, dict[str, int]]
 
