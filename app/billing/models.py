@@ -1,0 +1,120 @@
+"""Billing tables: periods, their stored lines, usage and unattributed breaches (SPEC section 6).
+
+A period's lines are replaced whole by each rating run until it is finalized; from then on
+nothing in this module's tables changes for that period (corrections land in a later period).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy import Column, Numeric, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+import app.core.models  # noqa: F401  (naming convention)
+
+MONEY = Numeric(18, 2)
+QUANTITY = Numeric(20, 6)
+
+
+class PeriodStatus:
+    OPEN = "open"
+    RATED = "rated"
+    FINALIZED = "finalized"
+
+
+class BillingPeriod(SQLModel, table=True):
+    """One calendar month in the billing timezone; `month` is "YYYY-MM"."""
+
+    __tablename__ = "billing_period"
+
+    id: int | None = Field(default=None, primary_key=True)
+    month: str = Field(unique=True, max_length=7)
+    status: str = PeriodStatus.OPEN
+    currency: str = "USD"
+    starts_at: datetime  # UTC instant of the month's first hour in the billing timezone
+    ends_at: datetime  # exclusive
+    created_at: datetime
+    revision: int = 0  # incremented by every rating run
+    rated_at: datetime | None = None
+    rated_by: str | None = None
+    finalized_at: datetime | None = None
+    finalized_by: str | None = None
+    accept_gaps_reason: str | None = None
+    hours_expected: int = 0
+    hours_ok: int = 0
+    # JSON lists of ISO hours, as seen by the last rating run (kept so a finalized statement never moves)
+    gap_hours: str = Field(default="[]", sa_column=Column(Text, nullable=False))
+    missing_hours: str = Field(default="[]", sa_column=Column(Text, nullable=False))
+    csv_sha256: str | None = None
+    focus_sha256: str | None = None
+    pdf_sha256: str | None = None
+
+
+class LineSource:
+    RATING = "rating"  # replaced by each rating run
+    CORRECTION = "correction"  # added by finance, survives re-rating
+
+
+class ChargeLineRecord(SQLModel, table=True):
+    """A stored `ChargeLine`, with the stable id a later correction names."""
+
+    __tablename__ = "charge_line"
+    __table_args__ = (UniqueConstraint("period_id", "line_id", name="uq_charge_line_period_line"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    period_id: int = Field(foreign_key="billing_period.id", index=True, ondelete="CASCADE")
+    revision: int
+    line_id: str = Field(index=True)
+    source: str = LineSource.RATING
+    account: str = Field(index=True)
+    department: str = ""
+    pool: str
+    kind: str
+    klass: str = ""
+    service: str = ""
+    policy_version: int
+    charge_start: datetime
+    charge_end: datetime
+    quantity: Decimal = Field(sa_column=Column(QUANTITY, nullable=False))
+    unit: str
+    amount: Decimal = Field(sa_column=Column(MONEY, nullable=False))
+    corrects: str = ""
+    reason: str = ""  # corrections: why
+    created_by: str = ""
+
+
+class TenantUsageRecord(SQLModel, table=True):
+    __tablename__ = "tenant_usage"
+
+    id: int | None = Field(default=None, primary_key=True)
+    period_id: int = Field(foreign_key="billing_period.id", index=True, ondelete="CASCADE")
+    tenant: str = Field(index=True)
+    department: str = ""
+    pool: str
+    klass: str
+    busy_gpu_hours: Decimal = Field(sa_column=Column(QUANTITY, nullable=False))
+    dark_gpu_hours: Decimal = Field(sa_column=Column(QUANTITY, nullable=False))
+    efficiency: float | None = None
+
+
+class UnattributedBreachRecord(SQLModel, table=True):
+    __tablename__ = "unattributed_breach"
+
+    id: int | None = Field(default=None, primary_key=True)
+    period_id: int = Field(foreign_key="billing_period.id", index=True, ondelete="CASCADE")
+    service: str
+    pool: str
+    minute_end: datetime
+    penalty: Decimal = Field(sa_column=Column(MONEY, nullable=False))
+
+
+class PoolCostRecord(SQLModel, table=True):
+    """C per pool over the period (rounded), for the statement's conservation check."""
+
+    __tablename__ = "pool_cost"
+
+    period_id: int = Field(foreign_key="billing_period.id", primary_key=True, ondelete="CASCADE")
+    pool: str = Field(primary_key=True)
+    cost: Decimal = Field(sa_column=Column(MONEY, nullable=False))
