@@ -1,0 +1,152 @@
+"""Kueue objects (kueue.x-k8s.io/v1beta2) rendered from a policy version.
+
+Layout: one ResourceFlavor and one Cohort per pool; one ClusterQueue per (tenant, pool) quota,
+member of its pool's cohort; one LocalQueue per (tenant namespace, quota); one
+WorkloadPriorityClass per priority tier. Field names follow v1beta2, where a ClusterQueue joins a
+cohort through `spec.cohortName` (v1beta1 called it `spec.cohort`) and Cohort is a v1beta2 kind
+(it was v1alpha1 before).
+"""
+
+from __future__ import annotations
+
+from app.policy.document import PolicyDocument, Quota
+from app.policy.render_k8s import DOMAIN, GPU_RESOURCE, POOL_LABEL, k8s_name, meta, pool_taints
+
+API_VERSION = "kueue.x-k8s.io/v1beta2"
+
+
+def flavor_name(pool: str) -> str:
+    """The ResourceFlavor (and Cohort) name of a pool."""
+    return k8s_name(pool)
+
+
+def cluster_queue_name(quota: Quota) -> str:
+    """The ClusterQueue name of a (tenant, pool) quota."""
+    return k8s_name(quota.tenant, quota.pool)
+
+
+def _sorted_quotas(doc: PolicyDocument) -> list[Quota]:
+    return sorted(doc.quotas, key=lambda q: (q.tenant, q.pool))
+
+
+def resource_flavors(doc: PolicyDocument, version: int) -> list[dict]:
+    """One ResourceFlavor per pool, selecting the pool's nodes by the pool label the node patches set."""
+    out = []
+    for pool in sorted(doc.pools, key=lambda p: p.name):
+        taints = pool_taints(doc, pool.name)
+        spec: dict = {"nodeLabels": {POOL_LABEL: k8s_name(pool.name)}}
+        if taints:
+            spec["nodeTaints"] = taints
+            # Workloads admitted to this pool are co-located on purpose: Kueue adds these tolerations
+            # to their pods so the isolation taints keep out only pods that did not go through Kueue.
+            spec["tolerations"] = [
+                {"key": t["key"], "operator": "Equal", "value": t["value"], "effect": t["effect"]}
+                if "value" in t
+                else {"key": t["key"], "operator": "Exists", "effect": t["effect"]}
+                for t in taints
+            ]
+        out.append({"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": meta(flavor_name(pool.name), version), "spec": spec})
+    return out
+
+
+def cohorts(doc: PolicyDocument, version: int) -> list[dict]:
+    """One root Cohort per pool: its ClusterQueues lend and borrow unused GPUs among themselves."""
+    return [
+        {"apiVersion": API_VERSION, "kind": "Cohort", "metadata": meta(flavor_name(p.name), version), "spec": {}}
+        for p in sorted(doc.pools, key=lambda p: p.name)
+    ]
+
+
+def _preemption(doc: PolicyDocument, klass: str) -> dict:
+    if klass == "inference":
+        # Inference takes back its guaranteed GPUs from any borrower, and when it borrows it may
+        # preempt only preemptible tiers (never another inference tier).
+        batch = [p.value for p in doc.priorities if p.preemptible]
+        borrow: dict = {"policy": "LowerPriority"}
+        if batch:
+            borrow["maxPriorityThreshold"] = max(batch)
+        else:
+            borrow = {"policy": "Never"}
+        return {"reclaimWithinCohort": "Any", "borrowWithinCohort": borrow, "withinClusterQueue": "LowerPriority"}
+    # Batch tenants reclaim lent quota only from lower priorities (so never from inference) and
+    # never preempt anyone to borrow: dark time is whatever is idle, not what can be taken.
+    return {
+        "reclaimWithinCohort": "LowerPriority",
+        "borrowWithinCohort": {"policy": "Never"},
+        "withinClusterQueue": "LowerPriority",
+    }
+
+
+def cluster_queues(doc: PolicyDocument, version: int) -> list[dict]:
+    """One ClusterQueue per (tenant, pool) quota: nominal = guaranteed, with borrowing and lending limits."""
+    out = []
+    for quota in _sorted_quotas(doc):
+        tenant = doc.tenant(quota.tenant)
+        namespaces = sorted(tenant.namespaces) if tenant else []
+        klass = tenant.klass if tenant else "training"
+        resource = {
+            "name": GPU_RESOURCE,
+            "nominalQuota": quota.guaranteed_gpus,
+            "borrowingLimit": quota.borrowing_limit,
+            "lendingLimit": quota.lending_limit,
+        }
+        out.append(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ClusterQueue",
+                "metadata": meta(
+                    cluster_queue_name(quota),
+                    version,
+                    annotations={f"{DOMAIN}/tenant": quota.tenant, f"{DOMAIN}/pool": quota.pool},
+                ),
+                "spec": {
+                    "cohortName": flavor_name(quota.pool),
+                    # Every namespace carries the automatic kubernetes.io/metadata.name label.
+                    "namespaceSelector": {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": namespaces}
+                        ]
+                    },
+                    "queueingStrategy": "BestEffortFIFO",
+                    "resourceGroups": [
+                        {
+                            "coveredResources": [GPU_RESOURCE],
+                            "flavors": [{"name": flavor_name(quota.pool), "resources": [resource]}],
+                        }
+                    ],
+                    "preemption": _preemption(doc, klass),
+                },
+            }
+        )
+    return out
+
+
+def local_queues(doc: PolicyDocument, version: int) -> list[dict]:
+    """A LocalQueue named after the pool in each of the tenant's namespaces, per quota."""
+    out = []
+    for quota in _sorted_quotas(doc):
+        tenant = doc.tenant(quota.tenant)
+        for namespace in sorted(tenant.namespaces) if tenant else []:
+            out.append(
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "LocalQueue",
+                    "metadata": meta(flavor_name(quota.pool), version, namespace=namespace),
+                    "spec": {"clusterQueue": cluster_queue_name(quota)},
+                }
+            )
+    return out
+
+
+def workload_priority_classes(doc: PolicyDocument, version: int) -> list[dict]:
+    """One WorkloadPriorityClass per tier, same name and value as its PriorityClass."""
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": "WorkloadPriorityClass",
+            "metadata": meta(k8s_name(p.name), version),
+            "value": p.value,
+            "description": f"{p.klass} tier '{p.name}' ({'preemptible' if p.preemptible else 'non-preemptible'})",
+        }
+        for p in sorted(doc.priorities, key=lambda p: (-p.value, p.name))
+    ]

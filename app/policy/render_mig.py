@@ -1,0 +1,53 @@
+"""The nvidia mig-parted configuration (`version: v1`, `mig-configs`) for the document's MIG layouts.
+
+One named config per MIG node, named after the node; the node patch labels each node with
+`nvidia.com/mig.config=<node>` so the GPU operator's mig-manager applies exactly that layout.
+An `all-disabled` config is always present as the way back to whole GPUs.
+"""
+
+from __future__ import annotations
+
+import re
+
+from app.core.errors import FieldError, Invalid
+from app.policy.document import MigNode, PolicyDocument
+
+ALL_DISABLED = "all-disabled"
+_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+
+
+def expand_devices(spec: str, *, path: str = "devices") -> list[int]:
+    """GPU indices from "0-3", "5" or "0,2,4-5" (sorted, unique); Invalid naming `path` otherwise."""
+    indices: set[int] = set()
+    for part in spec.split(","):
+        match = _RANGE.match(part)
+        if not match:
+            raise Invalid("bad GPU index range", [FieldError(path, f"'{spec}' is not an index or range like 0-3")])
+        low = int(match.group(1))
+        high = int(match.group(2)) if match.group(2) is not None else low
+        if high < low:
+            raise Invalid("bad GPU index range", [FieldError(path, f"range '{part.strip()}' runs backwards")])
+        indices.update(range(low, high + 1))
+    return sorted(indices)
+
+
+def node_config(node: str, layout: MigNode) -> list[dict]:
+    """The mig-parted device entries of one node, ordered by first GPU index."""
+    entries = []
+    for spec, profiles in layout.gpus.items():
+        devices = expand_devices(spec, path=f'isolation.mig["{node}"].gpus["{spec}"]')
+        counts = {p: n for p, n in sorted(profiles.items()) if n > 0}
+        if counts:
+            entries.append({"devices": devices, "mig-enabled": True, "mig-devices": counts})
+        else:
+            # An empty layout keeps those GPUs whole.
+            entries.append({"devices": devices, "mig-enabled": False})
+    return sorted(entries, key=lambda e: e["devices"])
+
+
+def mig_parted_config(doc: PolicyDocument) -> dict:
+    """The whole mig-parted config file as a dict."""
+    configs: dict = {ALL_DISABLED: [{"devices": "all", "mig-enabled": False}]}
+    for node in sorted(doc.isolation.mig):
+        configs[node] = node_config(node, doc.isolation.mig[node])
+    return {"version": "v1", "mig-configs": configs}
