@@ -4,4 +4,5 @@ import app.core.audit  # noqa: F401
 import app.metrics.models  # noqa: F401
 import app.policy.models  # noqa: F401
 import app.billing.models  # noqa: F401
+import app.auth.models  # noqa: F401
 import app.policy.review_models  # noqa: F401
