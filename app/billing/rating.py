@@ -1,0 +1,338 @@
+"""Rating (SPEC section 5): hourly rollups + the policy in effect each hour -> charge lines. Pure, no I/O.
+
+Every pool-hour is priced on its own (cost C, capacity S, rate C/S per GPU-second) and its amounts are
+folded into lines keyed by (account, pool, kind, class, service, policy version); a line is rounded
+once, half-even to the currency's cents, after the whole period is summed.
+
+Why the fixed-point quantum: per-hour amounts carry 50 significant digits, and adding such numbers
+is not associative, so the period total could depend on the order hours arrive in. Quantizing each
+hour's amounts to 1e-20 first makes every later sum exact, so the result is the same for any order
+and the conservation identity holds to ~1e-18 before the final rounding (which the ROUNDING line
+absorbs to the cent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
+
+from app.billing.pricing import MissingPrice, PriceSheet, cents
+from app.billing.types import PLATFORM, ChargeLine, LineKind, RatingHour, RatingResult, TenantUsage, UnattributedBreach
+from app.core.errors import FieldError, Invalid
+from app.policy.document import UNALLOCATED, PolicyDocument, Pricing
+
+__all__ = ["CurrencyMismatch", "MissingPrice", "RatingInputError", "rate_period"]
+
+PRECISION = 50
+EXACT = Decimal("1e-20")
+QUANTITY = Decimal("0.000001")
+SECONDS_PER_HOUR = Decimal(3600)
+ZERO = Decimal(0)
+ONE = Decimal(1)
+
+INFERENCE, TRAINING, PREPROCESSING = "inference", "training", "preprocessing"
+NON_INFERENCE = (TRAINING, PREPROCESSING)
+GPU_HOUR, BREACH_MINUTE = "GPU-hour", "breach-minute"
+
+
+class RatingInputError(Invalid):
+    """Rollups that cannot be rated as given (HTTP 422); nothing should be written."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(detail=f"cannot rate: {message}", errors=[FieldError(path=path, message=message)])
+
+
+class CurrencyMismatch(RatingInputError):
+    """The policy versions of one period price in different currencies."""
+
+
+@dataclass(frozen=True)
+class _Version:
+    """What rating needs from one policy version, looked up once instead of per hour."""
+
+    number: int
+    policy: PolicyDocument
+    sheet: PriceSheet
+    currency: str
+    dark_multiplier: Decimal
+    dark_discount: Decimal  # 1 - dark_multiplier
+    reserved_fraction: dict[str, Decimal]  # pool -> fraction
+    shares: dict[str, tuple[tuple[str, Decimal], ...]]  # pool -> normalised reservation weights
+    penalty: dict[str, Decimal]  # service -> penalty per breach minute
+    klass: dict[str, str]  # tenant -> class
+
+    @classmethod
+    def of(cls, number: int, policy: PolicyDocument) -> _Version:
+        pricing: Pricing = policy.pricing
+        shares = {}
+        for pool in policy.pools:
+            for tenant, weight in pool.reservations.items():
+                if weight < 0:
+                    raise RatingInputError(f"pools.{pool.name}.reservations.{tenant}", f"negative reservation weight {weight} (policy version {number})")
+            positive = sorted((t, w) for t, w in pool.reservations.items() if w > 0)
+            total = sum((w for _, w in positive), ZERO)
+            shares[pool.name] = tuple((t, w / total) for t, w in positive)
+        return cls(
+            number=number,
+            policy=policy,
+            sheet=PriceSheet.of(pricing),
+            currency=pricing.currency,
+            dark_multiplier=pricing.dark_time_multiplier,
+            dark_discount=ONE - pricing.dark_time_multiplier,
+            reserved_fraction={p.name: p.reserved_fraction for p in policy.pools},
+            shares=shares,
+            penalty={s.service: s.penalty_per_breach_minute for s in policy.sla},
+            klass={t.name: t.klass for t in policy.tenants},
+        )
+
+
+def rate_period(hours: Iterable[RatingHour], *, period_start: int, period_end: int) -> RatingResult:
+    """Rate the pool-hours of one period [period_start, period_end) into lines, usage and pool costs."""
+    with localcontext() as ctx:
+        ctx.prec = PRECISION
+        ctx.rounding = ROUND_HALF_EVEN
+        rater = _Rater(period_start, period_end)
+        for hour in hours:
+            rater.add(hour)
+        return rater.finish()
+
+
+class _Rater:
+    """Streams pool-hours into per-line accumulators; memory is O(lines), time O(rows)."""
+
+    def __init__(self, period_start: int, period_end: int):
+        self.period_start, self.period_end = period_start, period_end
+        self.versions: dict[int, _Version] = {}
+        self.currency: tuple[str, int] | None = None  # (currency, first version that used it)
+        self.seen: set[tuple[int, str]] = set()
+        # (account, pool, kind, klass, service, version) -> [quantity (GPU-s or minutes), amount, first hour, last hour]
+        self.acc: dict[tuple[str, str, str, str, str, int], list] = {}
+        # (tenant, pool, klass) -> [busy GPU-s, dark GPU-s, activity x 1e9 (int, so sums are order-free), samples]
+        self.usage: dict[tuple[str, str, str], list] = {}
+        self.cost: dict[str, list] = {}  # pool -> [C, first hour, last hour, version of last hour]
+        # (pool, service, version) -> [service tenant, attributed minutes, first hour, last hour]
+        self.credits: dict[tuple[str, str, int], list] = {}
+        self.unattributed: list[UnattributedBreach] = []
+        self.missing: dict[str, list[int]] = {}
+        self.missing_versions: dict[str, set[int]] = {}
+
+    def _version(self, h: RatingHour) -> _Version:
+        v = self.versions.get(h.policy_version)
+        if v is None:
+            v = self.versions[h.policy_version] = _Version.of(h.policy_version, h.policy)
+            if self.currency is None:
+                self.currency = (v.currency, v.number)
+            elif self.currency[0] != v.currency:
+                first, first_version = self.currency
+                raise CurrencyMismatch(
+                    "pricing.currency",
+                    f"one period must be rated in one currency: policy version {first_version} prices in {first}, "
+                    f"version {v.number} in {v.currency}",
+                )
+        elif v.policy is not h.policy and v.policy != h.policy:
+            raise RatingInputError("policy", f"two different documents given for policy version {h.policy_version}")
+        return v
+
+    def _add(self, key: tuple, quantity: Decimal, amount: Decimal, hour: int) -> None:
+        a = self.acc.get(key)
+        if a is None:
+            self.acc[key] = [quantity, amount, hour, hour]
+            return
+        a[0] += quantity
+        a[1] += amount
+        if hour < a[2]:
+            a[2] = hour
+        elif hour > a[3]:
+            a[3] = hour
+
+    def add(self, h: RatingHour) -> None:
+        """Price one pool-hour and fold its amounts into the period's lines."""
+        hour, pool = h.hour, h.pool
+        where = f"hours[{hour}:{pool}]"
+        if not self.period_start <= hour < self.period_end:
+            raise RatingInputError(f"{where}.hour", f"hour {hour} lies outside the period [{self.period_start}, {self.period_end})")
+        if (hour, pool) in self.seen:
+            raise RatingInputError(where, f"pool {pool!r} hour {hour} given twice")
+        self.seen.add((hour, pool))
+        if h.gpus == 0:
+            return
+        v = self._version(h)
+        if pool not in v.reserved_fraction:
+            raise RatingInputError(f"{where}.pool", f"pool {pool!r} is not in policy version {v.number}")
+        capacity = h.capacity_gpu_seconds
+        if capacity <= 0:
+            raise RatingInputError(f"{where}.capacity_gpu_seconds", f"pool {pool!r} has {h.gpus} GPUs but capacity {capacity}")
+
+        cost = ZERO
+        unpriced = [m.model for m in h.models if m.model not in v.sheet.fixed]
+        if unpriced:
+            # keep scanning the remaining hours so the error names every model and hour at once
+            for model in unpriced:
+                self.missing.setdefault(model, []).append(hour)
+                self.missing_versions.setdefault(model, set()).add(v.number)
+            return
+        for m in h.models:
+            cost += v.sheet.model_cost(m)
+        cost = cost.quantize(EXACT)
+        c = self.cost.get(pool)
+        if c is None:
+            self.cost[pool] = [cost, hour, hour, v.number]
+        else:
+            c[0] += cost
+            if hour < c[1]:
+                c[1] = hour
+            if hour > c[2]:
+                c[2], c[3] = hour, v.number
+
+        rate = cost / capacity
+        dark_rate = rate * v.dark_multiplier
+        version = v.number
+        used = ZERO
+        dark_used = ZERO
+        inference: dict[str, Decimal] = {}
+        for r in h.usage:
+            if r.pool != pool:
+                raise RatingInputError(f"{where}.usage", f"a usage row of pool {r.pool!r} was given with pool {pool!r}")
+            gs, klass, tenant = r.gpu_seconds, r.klass, r.tenant
+            if gs < 0:
+                raise RatingInputError(f"{where}.usage.{tenant}.gpu_seconds", f"negative GPU-seconds {gs}")
+            used += gs
+            u = self.usage.get((tenant, pool, klass))
+            if u is None:
+                u = self.usage[(tenant, pool, klass)] = [ZERO, ZERO, 0, 0]
+            if r.dark:
+                u[1] += gs
+            else:
+                u[0] += gs
+            if r.activity_samples:
+                u[2] += round(r.activity_sum * 1e9)
+                u[3] += r.activity_samples
+            if klass == INFERENCE:
+                inference[tenant] = inference.get(tenant, ZERO) + gs
+                continue
+            if klass in NON_INFERENCE:
+                key = (tenant, pool, LineKind.USAGE_DARK if r.dark else LineKind.USAGE_BUSY, klass, "", version)
+            elif klass == UNALLOCATED:
+                key = (PLATFORM, pool, LineKind.UNALLOCATED, UNALLOCATED, "", version)
+            else:
+                raise RatingInputError(f"{where}.usage.{tenant}.klass", f"unknown workload class {klass!r}")
+            if r.dark:
+                dark_used += gs
+                self._add(key, gs, (gs * dark_rate).quantize(EXACT), hour)
+            else:
+                self._add(key, gs, (gs * rate).quantize(EXACT), hour)
+
+        # lines 1 and 2: the reserved fee is owed whether used or not; only use above the cover is overage
+        fraction = v.reserved_fraction[pool]
+        covered: dict[str, Decimal] = {}
+        if fraction:
+            for tenant, share in v.shares[pool]:
+                cover = (fraction * capacity * share).quantize(EXACT)
+                covered[tenant] = cover
+                key = (tenant, pool, LineKind.RESERVED_FEE, INFERENCE, "", version)
+                self._add(key, cover, (fraction * cost * share).quantize(EXACT), hour)
+        unused = ZERO
+        for tenant, gs in inference.items():
+            over = gs - covered.get(tenant, ZERO)
+            if over < 0:
+                unused -= over
+                over = ZERO
+            key = (tenant, pool, LineKind.INFERENCE_OVERAGE, INFERENCE, "", version)
+            self._add(key, over, (over * rate).quantize(EXACT), hour)
+        for tenant, cover in covered.items():
+            if tenant not in inference:
+                unused += cover
+
+        # line 5: what C pays for beyond lines 1-3, so that charges + balance = C every hour
+        idle = capacity - used
+        if idle:
+            self._add((PLATFORM, pool, LineKind.IDLE, "", "", version), idle, (idle * rate).quantize(EXACT), hour)
+        if dark_used:
+            discount = (dark_used * rate * v.dark_discount).quantize(EXACT)
+            self._add((PLATFORM, pool, LineKind.DARK_DISCOUNT, "", "", version), dark_used, discount, hour)
+        if unused:
+            self._add((PLATFORM, pool, LineKind.RESERVED_UNUSED, "", "", version), unused, -(unused * rate).quantize(EXACT), hour)
+
+        for i, b in enumerate(h.breaches):
+            self._breach(v, h, b, f"{where}.breaches[{i}]")
+
+    def _breach(self, v: _Version, h, b, where: str) -> None:
+        """Line 4: one breach minute's penalty, split by co-located GPU-seconds, credited to the service."""
+        if b.pool != h.pool:
+            raise RatingInputError(f"{where}.pool", f"a breach of pool {b.pool!r} was given with pool {h.pool!r}")
+        penalty = v.penalty.get(b.service)
+        if penalty is None:
+            raise RatingInputError(f"{where}.service", f"service {b.service!r} has no SLA in policy version {v.number}")
+        shares: dict[str, Decimal] = {}
+        for tenant, gs in b.colocated:
+            if gs > 0:
+                shares[tenant] = shares.get(tenant, ZERO) + gs
+        total = sum(shares.values(), ZERO)
+        if not total:
+            self.unattributed.append(UnattributedBreach(service=b.service, pool=h.pool, minute_end=b.minute_end, penalty=penalty))
+            return
+        for tenant, gs in shares.items():
+            if tenant == UNALLOCATED:
+                account, klass = PLATFORM, UNALLOCATED  # the platform carries unallocated use, and so its penalties
+            else:
+                account, klass = tenant, v.klass.get(tenant, "")
+                if not klass:
+                    raise RatingInputError(f"{where}.colocated.{tenant}", f"tenant {tenant!r} is not in policy version {v.number}")
+            key = (account, h.pool, LineKind.SLA_PENALTY, klass, b.service, v.number)
+            self._add(key, (gs / total).quantize(EXACT), (penalty * gs / total).quantize(EXACT), h.hour)
+        ck = (h.pool, b.service, v.number)
+        c = self.credits.get(ck)
+        if c is None:
+            self.credits[ck] = [b.service_tenant, 1, h.hour, h.hour]
+            return
+        if c[0] != b.service_tenant:
+            raise RatingInputError(f"{where}.service_tenant", f"service {b.service!r} is credited to both {c[0]!r} and {b.service_tenant!r}")
+        c[1] += 1
+        c[2], c[3] = min(c[2], h.hour), max(c[3], h.hour)
+
+    def finish(self) -> RatingResult:
+        """Round each line once, add the credits and rounding lines, and sort deterministically."""
+        if self.missing:
+            raise MissingPrice(self.missing, self.missing_versions)
+        currency = self.currency[0] if self.currency else Pricing.model_fields["currency"].default
+        cent = cents(currency)
+        lines: list[ChargeLine] = []
+        charged: dict[str, Decimal] = {}  # pool -> sum of rounded charge and balance lines
+        penalties: dict[tuple[str, str, int], Decimal] = {}  # (pool, service, version) -> sum of rounded penalties
+        for (account, pool, kind, klass, service, version), (qty, amount, first, last) in self.acc.items():
+            rounded = amount.quantize(cent)
+            if kind == LineKind.SLA_PENALTY:
+                quantity, unit = qty.quantize(QUANTITY), BREACH_MINUTE
+                penalties[(pool, service, version)] = penalties.get((pool, service, version), ZERO) + rounded
+            else:
+                quantity, unit = (qty / SECONDS_PER_HOUR).quantize(QUANTITY), GPU_HOUR
+                charged[pool] = charged.get(pool, ZERO) + rounded
+            lines.append(ChargeLine(account, pool, kind, klass, version, first, last + 3600, quantity, unit, rounded, service))
+
+        for (pool, service, version), (tenant, minutes, first, last) in self.credits.items():
+            # the credit mirrors the rounded penalties exactly, so transfers net to zero to the cent
+            amount = -penalties[(pool, service, version)]
+            klass = self.versions[version].klass.get(tenant, INFERENCE)
+            lines.append(ChargeLine(tenant, pool, LineKind.SLA_CREDIT, klass, version, first, last + 3600, Decimal(minutes), BREACH_MINUTE, amount, service))
+
+        cost_by_pool: dict[str, Decimal] = {}
+        for pool, (cost, first, last, version) in sorted(self.cost.items()):
+            total = cost_by_pool[pool] = cost.quantize(cent)
+            residue = total - charged.get(pool, ZERO)
+            lines.append(ChargeLine(PLATFORM, pool, LineKind.ROUNDING, "", version, first, last + 3600, ZERO.quantize(QUANTITY), GPU_HOUR, residue))
+
+        lines.sort(key=lambda x: (x.account, x.pool, x.kind, x.klass, x.service, x.policy_version, x.charge_start))
+        usage = [
+            TenantUsage(
+                tenant=tenant,
+                pool=pool,
+                klass=klass,
+                busy_gpu_hours=(busy / SECONDS_PER_HOUR).quantize(QUANTITY),
+                dark_gpu_hours=(dark / SECONDS_PER_HOUR).quantize(QUANTITY),
+                efficiency=(activity / (samples * 1_000_000_000)) if samples else None,
+            )
+            for (tenant, pool, klass), (busy, dark, activity, samples) in sorted(self.usage.items())
+        ]
+        unattributed = sorted(self.unattributed, key=lambda u: (u.pool, u.service, u.minute_end))
+        return RatingResult(currency=currency, lines=lines, usage=usage, unattributed=unattributed, cost_by_pool=cost_by_pool)
