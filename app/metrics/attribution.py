@@ -1,0 +1,287 @@
+"""One hour of a `SourceBatch` -> an `HourRollup` (SPEC section 4). Pure: no I/O, no clock.
+
+Resolution of time-slicing: dcgm-exporter repeats a shared unit's series once per pod, so in a
+minute where pods p have sample counts c_p on one unit, pod p is credited
+`c_p / sum(c) * max(c)` samples. That equals the true split whenever the set of pods on a unit
+changes only at minute boundaries; when it changes inside a minute the error is at most that
+minute's samples, and the unit's total for the minute is never more than it really carried.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from decimal import ROUND_HALF_EVEN, Decimal
+from fractions import Fraction
+
+from app.metrics.types import (
+    OCCUPANCY_METRICS,
+    BreachMinute,
+    GpuEnergy,
+    HourRollup,
+    ModelEnergy,
+    OccupancySeries,
+    PoolHour,
+    ServiceMinutes,
+    SourceBatch,
+    UsageRow,
+)
+from app.policy import gpus
+from app.policy.document import UNALLOCATED, PolicyDocument
+
+UNPOOLED = "unpooled"
+HOUR_S = 3600
+MINUTE_S = 60
+CLASSES = ("inference", "training", "preprocessing")
+COLOCATED_CLASSES = ("training", "preprocessing")
+MICRO = Decimal("0.000001")
+NANO = Decimal("0.000000001")
+MILLI = Decimal("0.001")
+# Numeric(14, 3): an infinite P99 (all requests in the +Inf bucket) is stored as the largest value.
+P99_MS_MAX = Decimal("99999999999.999")
+GPU_UTIL, GR_ENGINE_ACTIVE = OCCUPANCY_METRICS
+
+
+def quantize_micro(value: Fraction) -> Decimal:
+    """Round an exact quantity to 1e-6, half to even (Fraction's round() is half-even)."""
+    return Decimal(round(value * 1_000_000)).scaleb(-6).quantize(MICRO)
+
+
+def unit_fraction(model: str, profile: str) -> Fraction:
+    """Share of a physical GPU a unit is; an unparseable profile label counts as a whole GPU."""
+    try:
+        return gpus.unit_fraction(model, profile or None)
+    except ValueError:
+        return Fraction(1)
+
+
+def _classify(policy: PolicyDocument, namespace: str, override: str) -> tuple[str, str]:
+    """(tenant, class) of a pod's namespace; unclaimed namespaces are `unallocated`, never dropped."""
+    tenant = policy.tenant_for_namespace(namespace) if namespace else None
+    if tenant is None:
+        return UNALLOCATED, UNALLOCATED
+    return tenant.name, override if override in CLASSES else tenant.klass
+
+
+def _pool_of(policy: PolicyDocument, host: str) -> str:
+    pool = policy.pool_for_node(host)
+    return pool.name if pool else UNPOOLED
+
+
+def dark_minutes(batch: SourceBatch, *, hour: int, policy: PolicyDocument, pool: str) -> set[int]:
+    """Minute ends of `hour` in which `pool`'s inference was idle (SPEC section 4, dark time)."""
+    minute_ends = range(hour + MINUTE_S, hour + HOUR_S + 1, MINUTE_S)
+    definition = policy.pool(pool)
+    if definition is None:  # unpooled hosts have no reservation, hence no dark time
+        return set()
+    slas = policy.slas_for_pool(pool)
+    if not slas:
+        return set(minute_ends) if definition.reserved_fraction > 0 else set()
+    colo = policy.colocation
+    # Idle = fewer than window/interval requests over the trailing window (mean interval above it).
+    threshold = Fraction(colo.idle_window_s) / Fraction(str(colo.idle_request_interval_s))
+    dark = set()
+    for m in minute_ends:
+        idle = True
+        for sla in slas:
+            service = batch.services.get(sla.service)
+            requests = service.requests_in_window.get(m) if service else None
+            # A service with no data for the minute counts as idle.
+            if requests is not None and not math.isnan(requests) and Fraction(requests) >= threshold:
+                idle = False
+                break
+        if idle:
+            dark.add(m)
+    return dark
+
+
+def _occupancy_choice(series: list[OccupancySeries], lo: int, hi: int) -> dict[tuple, str]:
+    """Per unit, the metric used: GPU_UTIL where the unit reports it in the hour, else GR_ENGINE_ACTIVE."""
+    chosen: dict[tuple, str] = {}
+    for s in series:
+        if not any(lo < t <= hi for t in s.samples):
+            continue
+        unit = s.labels.unit
+        if s.metric == GPU_UTIL or unit not in chosen:
+            chosen[unit] = s.metric
+    return chosen
+
+
+def _energy_rows(batch: SourceBatch, hour_end: int, pool_gpus: dict[str, dict[tuple, str]]) -> dict[str, list[ModelEnergy]]:
+    """Per pool, per model: GPUs, measured GPUs and their kWh (counter delta, else mean power x 1 h)."""
+    by_gpu: dict[tuple, GpuEnergy] = {(e.host, e.uuid): e for e in batch.energy}
+    out: dict[str, list[ModelEnergy]] = {}
+    for pool, physical in pool_gpus.items():
+        per_model: dict[str, list] = defaultdict(lambda: [0, 0, Decimal(0)])
+        for gpu, model in physical.items():
+            acc = per_model[model]
+            acc[0] += 1
+            energy = by_gpu.get(gpu)
+            kwh = None
+            if energy is not None:
+                delta = energy.energy_mj.get(hour_end)
+                power = energy.power_w.get(hour_end)
+                if delta is not None and math.isfinite(delta) and delta >= 0:
+                    kwh = Decimal(repr(delta)) / Decimal(3_600_000_000)
+                elif power is not None and math.isfinite(power) and power >= 0:
+                    kwh = Decimal(repr(power)) / Decimal(1000)  # W x 1 h -> kWh
+            if kwh is not None:
+                acc[1] += 1
+                acc[2] += kwh
+        out[pool] = [
+            ModelEnergy(model=m, gpus=a[0], measured_gpus=a[1], measured_kwh=a[2].quantize(NANO, ROUND_HALF_EVEN))
+            for m, a in sorted(per_model.items())
+        ]
+    return out
+
+
+def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scrape_interval_s: int) -> HourRollup:
+    """Attribute one hour [hour, hour + 3600) of `batch` to pools, tenants, classes and dark|busy."""
+    lo, hi = hour, hour + HOUR_S
+    interval = Fraction(scrape_interval_s)
+    chosen = _occupancy_choice(batch.occupancy, lo, hi)
+
+    # Physical GPUs seen per pool (capacity counts every GPU that reported, occupied or not).
+    pool_gpus: dict[str, dict[tuple, str]] = defaultdict(dict)
+    # unit -> minute -> [(series, count)] of occupied series; used series per unit.
+    per_unit_minute: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    used: list[OccupancySeries] = []
+    for s in batch.occupancy:
+        unit = s.labels.unit
+        if chosen.get(unit) != s.metric:
+            continue
+        counts = {t: c for t, c in s.samples.items() if lo < t <= hi and c > 0}
+        if not counts:
+            continue
+        pool_gpus[_pool_of(policy, s.labels.host)][s.labels.physical_gpu] = s.labels.model
+        if not s.labels.pod:
+            continue  # the unit reported, but no pod held it: capacity, not usage
+        used.append(s)
+        for t, c in counts.items():
+            per_unit_minute[unit][t].append((s, c))
+
+    pools = set(pool_gpus)
+    dark_by_pool = {p: dark_minutes(batch, hour=hour, policy=policy, pool=p) for p in pools}
+
+    info: dict[int, tuple] = {}  # id(series) -> (pool, tenant, class, GPU-seconds per sample)
+    classes: dict[tuple, tuple[str, str]] = {}
+    for s in used:
+        ck = (s.labels.namespace, s.labels.workload_class)
+        if ck not in classes:
+            classes[ck] = _classify(policy, *ck)
+        weight = interval * unit_fraction(s.labels.model, s.labels.mig_profile)
+        info[id(s)] = (_pool_of(policy, s.labels.host), *classes[ck], weight)
+
+    usage: dict[tuple, Fraction] = defaultdict(Fraction)
+    # Per series: samples it had in dark / busy minutes (for apportioning its activity).
+    series_split: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    # (pool, minute) -> tenant -> GPU-seconds of training/preprocessing, for breach attribution.
+    colocated: dict[tuple, dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
+    for minutes in per_unit_minute.values():
+        for t, entries in minutes.items():
+            total = sum(c for _, c in entries)
+            peak = max(c for _, c in entries)
+            for s, c in entries:
+                pool, tenant, klass, weight = info[id(s)]
+                is_dark = t in dark_by_pool[pool]
+                # Equal split among the pods sharing the unit in this minute (see module docstring).
+                seconds = weight * c if total == peak else Fraction(c * peak, total) * weight
+                usage[(pool, tenant, klass, is_dark)] += seconds
+                series_split[id(s)][0 if is_dark else 1] += c
+                if klass in COLOCATED_CLASSES:
+                    colocated[(pool, t)][tenant] += seconds
+
+    # Efficiency inputs: each series' hourly activity, apportioned to dark/busy by its samples.
+    activity: dict[tuple, list] = defaultdict(lambda: [0.0, 0])
+    for s in used:
+        dark_n, busy_n = series_split.get(id(s), (0, 0))
+        n = dark_n + busy_n
+        if n == 0:
+            continue
+        total_activity = s.activity.get(hi, 0.0)
+        if not math.isfinite(total_activity):
+            total_activity = 0.0
+        pool, tenant, klass, _ = info[id(s)]
+        for is_dark, k in ((True, dark_n), (False, busy_n)):
+            if k:
+                acc = activity[(pool, tenant, klass, is_dark)]
+                acc[0] += total_activity * k / n
+                acc[1] += k
+
+    rows = []
+    for key in sorted(usage, key=lambda k: (k[0], k[1], k[2], k[3])):
+        pool, tenant, klass, is_dark = key
+        act = activity.get(key, [0.0, 0])
+        rows.append(UsageRow(pool=pool, tenant=tenant, klass=klass, dark=is_dark,
+                             gpu_seconds=quantize_micro(usage[key]), activity_sum=act[0], activity_samples=act[1]))
+
+    energy = _energy_rows(batch, hi, pool_gpus)
+    pool_rows = [
+        PoolHour(pool=p, gpus=len(pool_gpus[p]), capacity_gpu_seconds=Decimal(len(pool_gpus[p]) * HOUR_S).quantize(MICRO),
+                 dark_minutes=len(dark_by_pool[p]), models=tuple(energy[p]))
+        for p in sorted(pools)
+    ]
+
+    breaches = []
+    for sla in policy.sla:
+        service = batch.services.get(sla.service)
+        if service is None:
+            continue
+        for m in sorted(t for t in service.p99_s if lo < t <= hi):
+            p99 = service.p99_s[m]
+            if p99 is None or math.isnan(p99):
+                continue  # no traffic in the trailing 5 minutes: nothing to breach
+            exact_ms = None if math.isinf(p99) else Decimal(repr(p99)) * 1000
+            if exact_ms is not None and not exact_ms > sla.p99_ms:
+                continue
+            p99_ms = P99_MS_MAX if exact_ms is None else min(exact_ms.quantize(MILLI, ROUND_HALF_EVEN), P99_MS_MAX)
+            shares = colocated.get((sla.pool, m), {})
+            breaches.append(BreachMinute(
+                service=sla.service, service_tenant=sla.tenant, pool=sla.pool, minute_end=m, p99_ms=p99_ms,
+                colocated=tuple((tenant, quantize_micro(v)) for tenant, v in sorted(shares.items()) if v > 0),
+            ))
+    return HourRollup(hour=hour, usage=rows, pools=pool_rows, breaches=breaches)
+
+
+def hour_of(t: int) -> int:
+    """Start of the hour a bucket ending at t belongs to: buckets are (end - width, end]."""
+    return (t - 1) // HOUR_S * HOUR_S
+
+
+def split_hours(batch: SourceBatch) -> dict[int, SourceBatch]:
+    """Cut a multi-hour batch into one batch per hour in a single pass (attribution then stays linear)."""
+    out = {h: SourceBatch(start=h, end=h + HOUR_S) for h in range(batch.start, batch.end, HOUR_S)}
+    for s in batch.occupancy:
+        parts: dict[int, OccupancySeries] = {}
+        for t, c in s.samples.items():
+            h = hour_of(t)
+            if h in out:
+                part = parts.get(h)
+                if part is None:
+                    part = parts[h] = OccupancySeries(labels=s.labels, metric=s.metric)
+                    out[h].occupancy.append(part)
+                part.samples[t] = c
+        for t, a in s.activity.items():
+            part = parts.get(hour_of(t))
+            if part is not None:
+                part.activity[t] = a
+    for e in batch.energy:
+        for h, target in out.items():
+            end = h + HOUR_S
+            if end in e.energy_mj or end in e.power_w:
+                part = GpuEnergy(host=e.host, uuid=e.uuid, model=e.model)
+                if end in e.energy_mj:
+                    part.energy_mj[end] = e.energy_mj[end]
+                if end in e.power_w:
+                    part.power_w[end] = e.power_w[end]
+                target.energy.append(part)
+    for name, svc in batch.services.items():
+        for h in out:
+            out[h].services[name] = ServiceMinutes(service=name)
+        for t, v in svc.requests_in_window.items():
+            if hour_of(t) in out:
+                out[hour_of(t)].services[name].requests_in_window[t] = v
+        for t, v in svc.p99_s.items():
+            if hour_of(t) in out:
+                out[hour_of(t)].services[name].p99_s[t] = v
+    return out

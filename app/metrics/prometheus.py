@@ -1,0 +1,220 @@
+"""The Prometheus source: a handful of PromQL range queries per chunk, answered as a `SourceBatch`.
+
+Occupancy is counted, never inferred: `count_over_time(M[59999ms])` evaluated at every minute end
+counts the real samples in (t - 60 s, t], identically on Prometheus 2.x and 3.x, so a pod that
+ended is not kept "alive" by the 5-minute look-back of step evaluation. Every query is chunked
+so that no series exceeds Prometheus's 11,000 points, and may be sharded by host regex so that
+one answer never holds the whole of a very large fleet. The same HTTP API is served by Thanos,
+Mimir and VictoriaMetrics.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import requests
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from urllib3.util.retry import Retry
+
+from app.core.errors import Invalid, Unavailable
+from app.core.timeutil import epoch, from_epoch
+from app.metrics.types import OCCUPANCY_METRICS, GpuEnergy, OccupancySeries, SeriesLabels, ServiceMinutes, SourceBatch
+from app.policy.document import PolicyDocument
+
+MAX_POINTS = 11_000
+HOUR_S = 3600
+MINUTE_S = 60
+# The labels that identify a unit and its pod; absent labels group as "" (both host spellings kept).
+UNIT_LABELS = "Hostname, hostname, UUID, gpu, modelName, GPU_I_ID, GPU_I_PROFILE, namespace, pod, container, workload_class"
+GPU_LABELS = "Hostname, hostname, UUID, modelName"
+ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+POWER = "DCGM_FI_DEV_POWER_USAGE"
+# GPU_UTIL is a percentage; activity is kept as a 0..1 ratio like GR_ENGINE_ACTIVE.
+ACTIVITY_SCALE = {"DCGM_FI_DEV_GPU_UTIL": 0.01, "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 1.0}
+
+
+@dataclass
+class QueryRecord:
+    query: str
+    start: int
+    end: int
+    step: int
+    seconds: float
+    series: int
+
+
+@dataclass
+class PrometheusSource:
+    """A `MetricsSource` over the Prometheus HTTP API (prometheus-api-client)."""
+
+    url: str
+    scrape_interval_s: int = 30
+    timeout_s: float = 60.0
+    # Host regexes; each is queried on its own (a fleet too large for one answer). Empty = one shard.
+    host_shards: Sequence[str] = ()
+    max_chunk_hours: int = 168
+    retries: int = 2
+    # When a list is given, every query is appended to it with its duration (for benchmarks).
+    log: list[QueryRecord] | None = None
+
+    def __post_init__(self) -> None:
+        retry = Retry(total=self.retries, backoff_factor=0.2, status_forcelist=(502, 503, 504),
+                      allowed_methods=("GET", "POST"), raise_on_status=False)
+        self.client = PrometheusConnect(url=self.url.rstrip("/"), retry=retry, timeout=self.timeout_s)
+        # Points per series of a minute-step query must stay under Prometheus's limit.
+        self.max_chunk_hours = max(1, min(self.max_chunk_hours, (MAX_POINTS - 1) * MINUTE_S // HOUR_S))
+
+    # ---- MetricsSource ----
+
+    def fetch(self, *, start: datetime, end: datetime, policy: PolicyDocument) -> SourceBatch:
+        """Occupancy, activity, energy and SLA signals for the whole hours [start, end)."""
+        s, e = epoch(start), epoch(end)
+        if s % HOUR_S or e % HOUR_S or e <= s:
+            raise Invalid(f"fetch needs whole hours, got {start.isoformat()} .. {end.isoformat()}")
+        batch = SourceBatch(start=s, end=e)
+        occupancy: dict[tuple, OccupancySeries] = {}
+        energy: dict[tuple, GpuEnergy] = {}
+        step = self.max_chunk_hours * HOUR_S
+        for cs in range(s, e, step):
+            ce = min(cs + step, e)
+            for shard in self.host_shards or (None,):
+                self._occupancy(occupancy, cs, ce, shard)
+                self._energy(energy, cs, ce, shard)
+            self._services(batch, cs, ce, policy)
+        batch.occupancy = list(occupancy.values())
+        batch.energy = list(energy.values())
+        return batch
+
+    # ---- queries ----
+
+    def _occupancy(self, out: dict[tuple, OccupancySeries], cs: int, ce: int, shard: str | None) -> None:
+        for metric in OCCUPANCY_METRICS:
+            counts = self._range(f"sum by ({UNIT_LABELS}) ({_over(shard, 'count_over_time', metric, '59999ms')})",
+                                 cs + MINUTE_S, ce, MINUTE_S)
+            for item in counts:
+                series = _series(out, item["metric"], metric)
+                for t, v in item["values"]:
+                    n = int(float(v))
+                    if n:
+                        series.samples[int(t)] = n
+            scale = ACTIVITY_SCALE[metric]
+            sums = self._range(f"sum by ({UNIT_LABELS}) ({_over(shard, 'sum_over_time', metric, '3599999ms')})",
+                               cs + HOUR_S, ce, HOUR_S)
+            for item in sums:
+                series = _series(out, item["metric"], metric)
+                for t, v in item["values"]:
+                    series.activity[int(t)] = float(v) * scale
+
+    def _energy(self, out: dict[tuple, GpuEnergy], cs: int, ce: int, shard: str | None) -> None:
+        # Counter value at each hour end (its last sample), from the hour before the chunk onwards.
+        ends = self._range(f"max by ({GPU_LABELS}) ({_over(shard, 'max_over_time', ENERGY, '3599999ms')})", cs, ce, HOUR_S)
+        firsts = self._range(f"min by ({GPU_LABELS}) ({_over(shard, 'min_over_time', ENERGY, '3599999ms')})",
+                             cs + HOUR_S, ce, HOUR_S)
+        power = self._range(f"max by ({GPU_LABELS}) ({_over(shard, 'avg_over_time', POWER, '3599999ms')})",
+                            cs + HOUR_S, ce, HOUR_S)
+        first_by_gpu = {_gpu_key(i["metric"]): {int(t): float(v) for t, v in i["values"]} for i in firsts}
+        for item in ends:
+            gpu = _gpu(out, item["metric"])
+            last = {int(t): float(v) for t, v in item["values"]}
+            first = first_by_gpu.get(_gpu_key(item["metric"]), {})
+            for t, value in last.items():
+                if t <= cs:
+                    continue
+                before = last.get(t - HOUR_S)
+                # Delta between consecutive hour ends; within the hour when the GPU appeared in it
+                # or the counter was reset (driver restart).
+                if before is not None and value >= before:
+                    gpu.energy_mj[t] = value - before
+                elif t in first and value >= first[t]:
+                    gpu.energy_mj[t] = value - first[t]
+        for item in power:
+            gpu = _gpu(out, item["metric"])
+            for t, v in item["values"]:
+                gpu.power_w[int(t)] = float(v)
+
+    def _services(self, batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) -> None:
+        if not policy.sla:
+            return
+        window = policy.colocation.idle_window_s
+        # One query per signal for all services: each term is labelled with its service name.
+        requests_q = " or ".join(
+            f'label_replace(sum(increase({sla.requests}[{window}s])), "service", {json.dumps(sla.service)}, "", "")'
+            for sla in policy.sla
+        )
+        p99_q = " or ".join(
+            f'label_replace(histogram_quantile(0.99, sum by (le) (rate({sla.latency_histogram}[5m]))), '
+            f'"service", {json.dumps(sla.service)}, "", "")'
+            for sla in policy.sla
+        )
+        for sla in policy.sla:
+            batch.services.setdefault(sla.service, ServiceMinutes(service=sla.service))
+        for item in self._range(requests_q, cs + MINUTE_S, ce, MINUTE_S):
+            svc = batch.services.get(item["metric"].get("service", ""))
+            if svc is not None:
+                svc.requests_in_window.update((int(t), float(v)) for t, v in item["values"])
+        for item in self._range(p99_q, cs + MINUTE_S, ce, MINUTE_S):
+            svc = batch.services.get(item["metric"].get("service", ""))
+            if svc is not None:
+                svc.p99_s.update((int(t), float(v)) for t, v in item["values"])
+
+    def _range(self, query: str, start: int, end: int, step: int) -> list[dict]:
+        """One query_range; connection errors, timeouts and 5xx become `Unavailable`."""
+        began = time.perf_counter()
+        try:
+            result = self.client.custom_query_range(query, start_time=from_epoch(start), end_time=from_epoch(end),
+                                                    step=str(step))
+        except requests.RequestException as exc:
+            raise Unavailable(f"Prometheus at {self.url} did not answer: {type(exc).__name__}") from exc
+        except PrometheusApiClientException as exc:
+            status = re.search(r"HTTP Status Code (\d+)", str(exc))
+            if status is None or int(status.group(1)) >= 500:
+                raise Unavailable(f"Prometheus at {self.url} failed: {str(exc)[:300]}") from exc
+            raise Invalid(f"Prometheus rejected a query: {str(exc)[:300]}") from exc
+        except ValueError as exc:  # a body that is not the API's JSON (a proxy's error page)
+            raise Unavailable(f"Prometheus at {self.url} sent an unreadable answer") from exc
+        if self.log is not None:
+            self.log.append(QueryRecord(query, start, end, step, time.perf_counter() - began, len(result)))
+        return result
+
+
+def _over(shard: str | None, func: str, metric: str, window: str) -> str:
+    """`func(metric[window])`, restricted to the shard's hosts under either host label spelling."""
+    if shard is None:
+        return f"{func}({metric}[{window}])"
+    regex = json.dumps(shard)
+    return f"({func}({metric}{{Hostname=~{regex}}}[{window}]) or {func}({metric}{{hostname=~{regex}}}[{window}]))"
+
+
+def _labels(m: dict) -> SeriesLabels:
+    return SeriesLabels(
+        host=m.get("Hostname") or m.get("hostname", ""), uuid=m.get("UUID", ""), gpu=m.get("gpu", ""),
+        model=m.get("modelName", ""), gpu_instance=m.get("GPU_I_ID", ""), mig_profile=m.get("GPU_I_PROFILE", ""),
+        namespace=m.get("namespace", ""), pod=m.get("pod", ""), container=m.get("container", ""),
+        workload_class=m.get("workload_class", ""),
+    )
+
+
+def _series(out: dict[tuple, OccupancySeries], m: dict, metric: str) -> OccupancySeries:
+    labels = _labels(m)
+    key = (labels, metric)
+    series = out.get(key)
+    if series is None:
+        series = out[key] = OccupancySeries(labels=labels, metric=metric)
+    return series
+
+
+def _gpu_key(m: dict) -> tuple[str, str]:
+    return (m.get("Hostname") or m.get("hostname", ""), m.get("UUID", ""))
+
+
+def _gpu(out: dict[tuple, GpuEnergy], m: dict) -> GpuEnergy:
+    key = _gpu_key(m)
+    gpu = out.get(key)
+    if gpu is None:
+        gpu = out[key] = GpuEnergy(host=key[0], uuid=key[1], model=m.get("modelName", ""))
+    return gpu
