@@ -30,7 +30,7 @@ def _sorted_quotas(doc: PolicyDocument) -> list[Quota]:
 
 
 def resource_flavors(doc: PolicyDocument, version: int) -> list[dict]:
-    """One ResourceFlavor per pool, selecting the pool's nodes by the pool label the node patches set."""
+    """One ResourceFlavor per pool (one GPU model each), selecting its nodes by the label the node patches set."""
     out = []
     for pool in sorted(doc.pools, key=lambda p: p.name):
         taints = pool_taints(doc, pool.name)
@@ -45,7 +45,18 @@ def resource_flavors(doc: PolicyDocument, version: int) -> list[dict]:
                 else {"key": t["key"], "operator": "Exists", "effect": t["effect"]}
                 for t in taints
             ]
-        out.append({"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": meta(flavor_name(pool.name), version), "spec": spec})
+        notes = {f"{DOMAIN}/pool": pool.name, f"{DOMAIN}/gpus": str(len(pool.nodes) * pool.gpus_per_node)}
+        model = pool.gpu_model or (next(iter(doc.pricing.gpu_models)) if len(doc.pricing.gpu_models) == 1 else None)
+        if model:
+            notes[f"{DOMAIN}/gpu-model"] = model
+        out.append(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ResourceFlavor",
+                "metadata": meta(flavor_name(pool.name), version, annotations=notes),
+                "spec": spec,
+            }
+        )
     return out
 
 

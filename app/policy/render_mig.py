@@ -31,17 +31,25 @@ def expand_devices(spec: str, *, path: str = "devices") -> list[int]:
     return sorted(indices)
 
 
-def node_config(node: str, layout: MigNode) -> list[dict]:
-    """The mig-parted device entries of one node, ordered by first GPU index."""
+def node_config(node: str, layout: MigNode, gpus_per_node: int | None = None) -> list[dict]:
+    """The mig-parted device entries of one node, ordered by first GPU index.
+
+    GPUs of the node that the layout leaves out stay whole (`mig-enabled: false`), so applying the
+    config also turns MIG off on a GPU a previous version had partitioned.
+    """
     entries = []
+    covered: set[int] = set()
     for spec, profiles in layout.gpus.items():
         devices = expand_devices(spec, path=f'isolation.mig["{node}"].gpus["{spec}"]')
+        covered.update(devices)
         counts = {p: n for p, n in sorted(profiles.items()) if n > 0}
         if counts:
             entries.append({"devices": devices, "mig-enabled": True, "mig-devices": counts})
         else:
-            # An empty layout keeps those GPUs whole.
             entries.append({"devices": devices, "mig-enabled": False})
+    whole = [i for i in range(gpus_per_node or 0) if i not in covered]
+    if whole:
+        entries.append({"devices": whole, "mig-enabled": False})
     return sorted(entries, key=lambda e: e["devices"])
 
 
@@ -49,5 +57,6 @@ def mig_parted_config(doc: PolicyDocument) -> dict:
     """The whole mig-parted config file as a dict."""
     configs: dict = {ALL_DISABLED: [{"devices": "all", "mig-enabled": False}]}
     for node in sorted(doc.isolation.mig):
-        configs[node] = node_config(node, doc.isolation.mig[node])
+        pool = doc.pool_for_node(node)
+        configs[node] = node_config(node, doc.isolation.mig[node], pool.gpus_per_node if pool else None)
     return {"version": "v1", "mig-configs": configs}
