@@ -1,0 +1,67 @@
+"""Builders for change-review tests: a seeded policy version, documents edited by path, requests in any state."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from sqlmodel import Session
+
+from app.core.timeutil import aware
+from app.policy import changes
+from app.policy.document import PolicyDocument
+from app.policy.models import PolicyVersion
+from app.policy.review_models import ChangeRequest
+from app.policy.service import dump_yaml, import_version, load_document
+from app.policy.validation import parse_document
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "policy.yaml"
+SEED_FROM = datetime(2026, 1, 1, tzinfo=aware(datetime(2026, 1, 1)).tzinfo)
+
+
+def example_document() -> PolicyDocument:
+    return parse_document(EXAMPLE.read_text())
+
+
+def seed(session: Session, *, effective_from: datetime = SEED_FROM) -> PolicyVersion:
+    """The SPEC example imported as the first version (the bootstrap path)."""
+    return import_version(session=session, document=example_document(), actor="bootstrap", effective_from=effective_from)
+
+
+def edited(version: PolicyVersion, edit: Callable[[dict], None]) -> str:
+    """YAML of `version`'s document after `edit` mutates its plain data."""
+    data = copy.deepcopy(load_document(version).to_data())
+    edit(data)
+    return dump_yaml(PolicyDocument.model_validate(data))
+
+
+def set_quota(gpus: int) -> Callable[[dict], None]:
+    def edit(data: dict) -> None:
+        data["quotas"][0]["guaranteed_gpus"] = gpus
+    return edit
+
+
+def set_price(price: str) -> Callable[[dict], None]:
+    def edit(data: dict) -> None:
+        data["pricing"]["energy_price_per_kwh"] = price
+    return edit
+
+
+def set_p99(ms: int) -> Callable[[dict], None]:
+    def edit(data: dict) -> None:
+        data["sla"][0]["p99_ms"] = ms
+    return edit
+
+
+def draft(session: Session, version: PolicyVersion, *, author: str = "olga", edit=set_quota(6), title: str = "More GPUs for vision") -> ChangeRequest:
+    return changes.create_change(session=session, actor=author, title=title,
+                                 justification="vision needs six GPUs for the Q4 model", document=edited(version, edit))
+
+
+def approved(session: Session, version: PolicyVersion, *, author: str = "olga", reviewer: str = "rita", edit=set_quota(6)) -> ChangeRequest:
+    change = draft(session, version, author=author, edit=edit)
+    changes.submit(session=session, change_id=change.id, actor=author)
+    changes.approve(session=session, change_id=change.id, actor=reviewer)
+    return change
