@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlmodel import Session
 
-from app.core.timeutil import aware
 from app.policy import changes
 from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
@@ -18,7 +17,7 @@ from app.policy.service import dump_yaml, import_version, load_document
 from app.policy.validation import parse_document
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "policy.yaml"
-SEED_FROM = datetime(2026, 1, 1, tzinfo=aware(datetime(2026, 1, 1)).tzinfo)
+SEED_FROM = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def example_document() -> PolicyDocument:

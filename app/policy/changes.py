@@ -1,0 +1,525 @@
+"""Change requests (SPEC section 7): draft -> submitted -> approved | rejected | withdrawn, then applied by a release.
+
+Every transition is a conditional UPDATE (`WHERE state IN (...)`) whose rowcount decides who won, so two
+reviewers or an author and a reviewer acting at once never both succeed. Services flush; the caller's
+unit of work commits. Every state change is audited with before and after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import case, func, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, select
+
+from app.core.audit import record
+from app.core.errors import AppError, Conflict, FieldError, Invalid, NotFound
+from app.core.settings import get_settings
+from app.core.timeutil import utcnow
+from app.policy.document import PolicyDocument
+from app.policy.models import PolicyVersion
+from app.policy.review_models import ChangeApproval, ChangeComment, ChangeRequest, ChangeState
+from app.policy.service import dump_yaml, get_version, latest_version, load_document
+from app.policy.validation import check_document
+
+MAX_DOCUMENT_CHARS = 1_000_000
+MAX_TITLE_CHARS = 200
+ENTITY = "change_request"
+
+
+def forbidden(detail: str) -> AppError:
+    return AppError(detail=detail, status=403, title="Forbidden")
+
+
+def current_version(*, session: Session) -> PolicyVersion:
+    """The version changes are made against: the one in effect, or already scheduled to take effect."""
+    version = latest_version(session=session)
+    if version is None:
+        raise Conflict("no policy version exists yet: import one first (`chargeback policy import`)")
+    return version
+
+
+def get_change(*, session: Session, change_id: int) -> ChangeRequest:
+    """Change request `change_id`, or NotFound."""
+    change = session.get(ChangeRequest, change_id)
+    if change is None:
+        raise NotFound(f"change request {change_id} does not exist")
+    return change
+
+
+def list_changes(*, session: Session, state: str | None = None) -> list[ChangeRequest]:
+    """Change requests, newest first, optionally in one state."""
+    stmt = select(ChangeRequest).order_by(ChangeRequest.id.desc())
+    if state:
+        if state not in ChangeState.ALL:
+            raise Invalid(f"unknown state {state!r}", [FieldError("state", f"one of {', '.join(ChangeState.ALL)}")])
+        stmt = stmt.where(ChangeRequest.state == state)
+    return list(session.exec(stmt))
+
+
+def comments(*, session: Session, change_id: int) -> list[ChangeComment]:
+    """The request's comments, oldest first."""
+    stmt = select(ChangeComment).where(ChangeComment.change_id == change_id).order_by(ChangeComment.id)
+    return list(session.exec(stmt))
+
+
+def decisions(*, session: Session, change_id: int) -> list[ChangeApproval]:
+    """The reviewers' approvals and rejections, oldest first."""
+    stmt = select(ChangeApproval).where(ChangeApproval.change_id == change_id).order_by(ChangeApproval.id)
+    return list(session.exec(stmt))
+
+
+def snapshot(change: ChangeRequest) -> dict[str, Any]:
+    """What the audit log keeps of a request: its state and the identity of its content."""
+    import hashlib
+
+    return {
+        "state": change.state,
+        "title": change.title,
+        "base_version": change.base_version_id,
+        "approvals": change.approval_count,
+        "document_sha256": hashlib.sha256(change.document.encode()).hexdigest(),
+    }
+
+
+def _check_text(title: str | None, justification: str | None, document: str | None) -> list[FieldError]:
+    errors = []
+    if title is not None:
+        if not title.strip():
+            errors.append(FieldError("title", "required"))
+        elif len(title) > MAX_TITLE_CHARS:
+            errors.append(FieldError("title", f"at most {MAX_TITLE_CHARS} characters"))
+    if justification is not None and not justification.strip():
+        errors.append(FieldError("justification", "required: say why the policy should change"))
+    if document is not None and len(document) > MAX_DOCUMENT_CHARS:
+        errors.append(FieldError("document", f"at most {MAX_DOCUMENT_CHARS} characters"))
+    return errors
+
+
+def create_change(
+    *, session: Session, actor: str, title: str, justification: str, document: str | None = None
+) -> ChangeRequest:
+    """A new draft against the current version; without `document` it starts as that version's YAML."""
+    errors = _check_text(title, justification, document)
+    if errors:
+        raise Invalid("the change request is incomplete", errors)
+    base = current_version(session=session)
+    now = utcnow()
+    change = ChangeRequest(
+        title=title.strip(),
+        justification=justification.strip(),
+        author=actor,
+        state=ChangeState.DRAFT,
+        base_version_id=base.id,
+        document=document if document is not None else dump_yaml(load_document(base)),
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(change)
+    session.flush()
+    record(session=session, actor=actor, action="change.create", entity=ENTITY, entity_id=str(change.id),
+           after=snapshot(change))
+    return change
+
+
+def _transition(
+    session: Session, change: ChangeRequest, *, allowed: tuple[str, ...], verb: str, where: tuple = (), **values
+) -> None:
+    """Move the request with one conditional UPDATE; losing a race (or a wrong state) is a 409."""
+    stmt = (
+        update(ChangeRequest)
+        .where(ChangeRequest.id == change.id, ChangeRequest.state.in_(allowed), *where)
+        .values(updated_at=utcnow(), **values)
+        .execution_options(synchronize_session=False)
+    )
+    won = session.execute(stmt).rowcount == 1
+    session.refresh(change)
+    if not won:
+        raise Conflict(f"change request {change.id} is {change.state}: it cannot be {verb}")
+
+
+def update_change(
+    *,
+    session: Session,
+    change_id: int,
+    actor: str,
+    title: str | None = None,
+    justification: str | None = None,
+    document: str | None = None,
+) -> ChangeRequest:
+    """Edit a draft (author only); a submitted request is immutable (409)."""
+    change = get_change(session=session, change_id=change_id)
+    if actor != change.author:
+        raise forbidden(f"only the author ({change.author}) may edit change request {change_id}")
+    errors = _check_text(title, justification, document)
+    if errors:
+        raise Invalid("the change request is incomplete", errors)
+    values: dict[str, Any] = {}
+    if title is not None:
+        values["title"] = title.strip()
+    if justification is not None:
+        values["justification"] = justification.strip()
+    if document is not None:
+        values["document"] = document
+    before = snapshot(change)
+    _transition(session, change, allowed=(ChangeState.DRAFT,), verb="edited (immutable once submitted)", **values)
+    record(session=session, actor=actor, action="change.update", entity=ENTITY, entity_id=str(change.id),
+           before=before, after=snapshot(change))
+    return change
+
+
+def validation(change: ChangeRequest, *, measured_peaks: Mapping[str, float] | None = None) -> tuple[PolicyDocument | None, list[FieldError]]:
+    """The request's document parsed and validated: (document or None, errors and warnings)."""
+    return check_document(change.document, measured_peak_mib=dict(measured_peaks) if measured_peaks is not None else None)
+
+
+def submit(*, session: Session, change_id: int, actor: str, measured_peaks: Mapping[str, float] | None = None) -> ChangeRequest:
+    """Send a draft for review (author only); validation errors block it (422 with field paths)."""
+    change = get_change(session=session, change_id=change_id)
+    if actor != change.author:
+        raise forbidden(f"only the author ({change.author}) may submit change request {change_id}")
+    if change.state != ChangeState.DRAFT:
+        raise Conflict(f"change request {change.id} is {change.state}: only a draft can be submitted")
+    errors = _check_text(change.title, change.justification, None)
+    _, findings = validation(change, measured_peaks=measured_peaks)
+    errors += [FieldError("document." + e.path if e.path else "document", e.message, e.severity) for e in findings if e.severity == "error"]
+    if errors:
+        raise Invalid("the change request cannot be submitted until its errors are fixed", errors)
+    from app.policy.diff import diff
+
+    doc, _ = validation(change)
+    base = get_version(session=session, number=change.base_version_id)
+    if not diff(load_document(base).to_data(), doc.to_data()):
+        raise Invalid("the document does not change anything", [FieldError("document", "identical to the base version")])
+    before = snapshot(change)
+    _transition(session, change, allowed=(ChangeState.DRAFT,), verb="submitted",
+                state=ChangeState.SUBMITTED, submitted_at=utcnow())
+    record(session=session, actor=actor, action="change.submit", entity=ENTITY, entity_id=str(change.id),
+           before=before, after=snapshot(change))
+    return change
+
+
+def _decide(session: Session, change: ChangeRequest, actor: str, decision: str, comment: str) -> None:
+    if actor == change.author:
+        # Four eyes: whatever the author's roles (admin included), someone else must review.
+        raise forbidden(f"{actor} wrote change request {change.id}: another reviewer must {decision} it")
+    if change.state != ChangeState.SUBMITTED:
+        raise Conflict(f"change request {change.id} is {change.state}: only a submitted request can be reviewed")
+    taken = session.exec(
+        select(ChangeApproval).where(ChangeApproval.change_id == change.id, ChangeApproval.reviewer == actor)
+    ).first()
+    if taken is not None:
+        raise Conflict(f"{actor} already decided on change request {change.id} ({taken.decision})")
+    try:
+        with session.begin_nested():
+            session.add(ChangeApproval(change_id=change.id, reviewer=actor, decision=decision,
+                                       comment=comment.strip(), created_at=utcnow()))
+    except IntegrityError:
+        raise Conflict(f"{actor} already decided on change request {change.id}") from None
+
+
+def approve(
+    *, session: Session, change_id: int, actor: str, comment: str = "", required: int | None = None
+) -> ChangeRequest:
+    """Record a reviewer's approval (never the author's); the request is approved at the required count."""
+    change = get_change(session=session, change_id=change_id)
+    required = max(1, required if required is not None else get_settings().required_approvals)
+    before = snapshot(change)
+    _decide(session, change, actor, "approve", comment)
+    # One statement counts the approval and, at the threshold, approves: concurrent approvals
+    # serialise on the row lock, so none is lost and only one of them flips the state.
+    now = utcnow()
+    reached = ChangeRequest.approval_count + 1 >= required
+    _transition(
+        session, change, allowed=(ChangeState.SUBMITTED,), verb="approved",
+        approval_count=ChangeRequest.approval_count + 1,
+        state=case((reached, ChangeState.APPROVED), else_=ChangeRequest.state),
+        decided_at=case((reached, now), else_=ChangeRequest.decided_at),
+    )
+    record(session=session, actor=actor, action="change.approve", entity=ENTITY, entity_id=str(change.id),
+           before=before, after={**snapshot(change), "comment": comment.strip(), "required": required})
+    return change
+
+
+def reject(*, session: Session, change_id: int, actor: str, comment: str = "") -> ChangeRequest:
+    """A reviewer (never the author) rejects a submitted request."""
+    change = get_change(session=session, change_id=change_id)
+    before = snapshot(change)
+    _decide(session, change, actor, "reject", comment)
+    _transition(session, change, allowed=(ChangeState.SUBMITTED,), verb="rejected",
+                state=ChangeState.REJECTED, decided_at=utcnow())
+    record(session=session, actor=actor, action="change.reject", entity=ENTITY, entity_id=str(change.id),
+           before=before, after={**snapshot(change), "comment": comment.strip()})
+    return change
+
+
+def withdraw(*, session: Session, change_id: int, actor: str) -> ChangeRequest:
+    """The author takes back a request that has not been applied or attached to a release."""
+    from app.policy.review_models import ReleaseChange
+
+    change = get_change(session=session, change_id=change_id)
+    if actor != change.author:
+        raise forbidden(f"only the author ({change.author}) may withdraw change request {change_id}")
+    if session.exec(select(ReleaseChange).where(ReleaseChange.change_id == change.id)).first() is not None:
+        raise Conflict(f"change request {change.id} is attached to a release: detach it first")
+    before = snapshot(change)
+    _transition(session, change, allowed=(ChangeState.DRAFT, ChangeState.SUBMITTED, ChangeState.APPROVED),
+                verb="withdrawn", state=ChangeState.WITHDRAWN)
+    record(session=session, actor=actor, action="change.withdraw", entity=ENTITY, entity_id=str(change.id),
+           before=before, after=snapshot(change))
+    return change
+
+
+def add_comment(*, session: Session, change_id: int, actor: str, body: str) -> ChangeComment:
+    """Anyone who can read the request may comment on it, in any state."""
+    change = get_change(session=session, change_id=change_id)
+    if not body or not body.strip():
+        raise Invalid("the comment is empty", [FieldError("body", "required")])
+    if len(body) > 20_000:
+        raise Invalid("the comment is too long", [FieldError("body", "at most 20000 characters")])
+    comment = ChangeComment(change_id=change.id, author=actor, body=body.strip(), created_at=utcnow())
+    session.add(comment)
+    session.flush()
+    record(session=session, actor=actor, action="change.comment", entity=ENTITY, entity_id=str(change.id),
+           after={"comment_id": comment.id, "body": comment.body})
+    return comment
+
+
+def semantic_diff(*, session: Session, change: ChangeRequest) -> list:
+    """Per-field changes from the base version to the request's document ([] while it does not parse)."""
+    from app.policy.diff import diff
+
+    doc, _ = validation(change)
+    if doc is None:
+        return []
+    base = get_version(session=session, number=change.base_version_id)
+    return diff(load_document(base).to_data(), doc.to_data())
+
+
+def is_stale(*, session: Session, change: ChangeRequest) -> bool:
+    """True when the request's base is no longer the current version: it must be rebased."""
+    return change.base_version_id != current_version(session=session).id
+
+
+def rebase(*, session: Session, change_id: int, actor: str) -> dict:
+    """Three-way merge (base, request, current) onto the current version; conflicts are reported, not applied.
+
+    A clean rebase keeps the request's state: its own field changes are exactly those reviewed.
+    """
+    from app.policy.diff import three_way_merge
+    from app.policy.validation import validate
+
+    change = get_change(session=session, change_id=change_id)
+    if actor != change.author:
+        raise forbidden(f"only the author ({change.author}) may rebase change request {change_id}")
+    if change.state not in (ChangeState.DRAFT, ChangeState.SUBMITTED, ChangeState.APPROVED):
+        raise Conflict(f"change request {change.id} is {change.state}: it cannot be rebased")
+    current = current_version(session=session)
+    if change.base_version_id == current.id:
+        return {"rebased": False, "base_version": current.id, "conflicts": [], "detail": "already based on the current version"}
+    doc, findings = validation(change)
+    if doc is None:
+        raise Invalid("the request's document does not parse; fix it before rebasing",
+                      [FieldError("document." + e.path if e.path else "document", e.message) for e in findings])
+    base_doc = load_document(get_version(session=session, number=change.base_version_id))
+    result = three_way_merge(base_doc.to_data(), doc.to_data(), load_document(current).to_data())
+    if result.conflicts:
+        return {"rebased": False, "base_version": change.base_version_id, "onto": current.id,
+                "conflicts": [c.as_dict() for c in result.conflicts]}
+    try:
+        merged = PolicyDocument.model_validate(result.merged)
+    except ValueError as exc:
+        raise Invalid("the merged document is not a valid policy", [FieldError("document", str(exc)[:500])]) from None
+    errors = [e for e in validate(merged) if e.severity == "error"]
+    if errors and change.state != ChangeState.DRAFT:
+        raise Invalid("the merged document does not validate; withdraw and start again from the current version",
+                      [FieldError("document." + e.path, e.message) for e in errors])
+    before = snapshot(change)
+    _transition(session, change, allowed=(change.state,), verb="rebased",
+                where=(ChangeRequest.base_version_id == change.base_version_id,), base_version_id=current.id, document=dump_yaml(merged))
+    record(session=session, actor=actor, action="change.rebase", entity=ENTITY, entity_id=str(change.id),
+           before=before, after=snapshot(change))
+    return {"rebased": True, "base_version": current.id, "conflicts": [],
+            "errors": [e.as_dict() for e in errors]}
+
+
+def count_by_state(*, session: Session) -> dict[str, int]:
+    """Number of requests in each state (for the releases board)."""
+    rows = session.execute(select(ChangeRequest.state, func.count()).group_by(ChangeRequest.state))
+    return {state: n for state, n in rows}
+
+
+# --- impact preview -------------------------------------------------------------------------
+
+
+def _pool_gpus(pool) -> int:
+    return len(pool.nodes) * pool.gpus_per_node
+
+
+def _quota_rows(base: PolicyDocument | None, doc: PolicyDocument) -> list[dict]:
+    def sums(d: PolicyDocument | None) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for q in (d.quotas if d else []):
+            out[q.pool] = out.get(q.pool, 0) + q.guaranteed_gpus
+        return out
+
+    before, after = sums(base), sums(doc)
+    rows = []
+    for pool in doc.pools:
+        old = base.pool(pool.name) if base else None
+        rows.append({
+            "pool": pool.name,
+            "gpus_before": _pool_gpus(old) if old else None,
+            "gpus": _pool_gpus(pool),
+            "guaranteed_before": before.get(pool.name, 0),
+            "guaranteed": after.get(pool.name, 0),
+            "over": after.get(pool.name, 0) > _pool_gpus(pool),
+        })
+    return rows
+
+
+def _mig_rows(doc: PolicyDocument) -> list[dict]:
+    from app.policy import gpus
+    from app.policy.validation import pool_model
+
+    rows = []
+    for node, layout in sorted(doc.isolation.mig.items()):
+        pool = doc.pool_for_node(node)
+        model_name = layout.model or (pool_model(doc, pool) if pool else None) or ""
+        model = gpus.lookup(model_name)
+        for key, profiles in layout.gpus.items():
+            used = 0
+            for profile, count in profiles.items():
+                if model is not None and profile in model.profiles and count > 0:
+                    used += model.profile_slices(profile)[0] * count
+            total = model.slices if model is not None and model.mig else 0
+            rows.append({"node": node, "gpus": key, "model": model_name, "profiles": dict(profiles),
+                         "slices_used": used, "slices": total, "over": used > total})
+    return rows
+
+
+def _reserved_mib(doc: PolicyDocument, tenant: str) -> float | None:
+    """GPU memory held for an inference tenant: its weighted share of each pool's reserved fraction."""
+    from app.policy import gpus
+    from app.policy.validation import pool_model
+
+    reserved = 0.0
+    for pool in doc.pools:
+        weight = pool.reservations.get(tenant)
+        total = sum((w for w in pool.reservations.values() if w > 0), 0)
+        if not weight or weight <= 0 or total <= 0:
+            continue
+        model = gpus.lookup(pool_model(doc, pool) or "")
+        if model is None:
+            return None
+        reserved += float(pool.reserved_fraction * weight / total) * _pool_gpus(pool) * model.memory_mib
+    return reserved
+
+
+def _memory_rows(doc: PolicyDocument, measured_peaks: Mapping[str, float] | None) -> list[dict]:
+    factor = float(doc.isolation.inference.memory_reserve_factor)
+    rows = []
+    for tenant in doc.tenants:
+        if tenant.klass != "inference":
+            continue
+        peak = None if measured_peaks is None else measured_peaks.get(tenant.name)
+        reserved = _reserved_mib(doc, tenant.name)
+        required = None if peak is None else max(factor, 1.2) * float(peak)
+        rows.append({
+            "tenant": tenant.name,
+            "reserved_mib": None if reserved is None else round(reserved),
+            "peak_mib": None if peak is None else round(float(peak)),
+            "required_mib": None if required is None else round(required),
+            "ok": None if required is None or reserved is None else reserved >= required,
+        })
+    return rows
+
+
+def capacity_impact(
+    base: PolicyDocument | None, doc: PolicyDocument, *, measured_peaks: Mapping[str, float] | None = None
+) -> dict:
+    """Guaranteed quotas vs GPUs per pool, MIG compute slices per GPU, inference memory reserve vs measured peak."""
+    return {
+        "quotas": _quota_rows(base, doc),
+        "mig": _mig_rows(doc),
+        "memory": _memory_rows(doc, measured_peaks),
+        "memory_measured": measured_peaks is not None,
+    }
+
+
+def previous_month(now=None) -> str:
+    """The last complete billing month ("YYYY-MM") in the billing timezone."""
+    local = (now or utcnow()).astimezone(get_settings().tz)
+    year, month = (local.year, local.month - 1) if local.month > 1 else (local.year - 1, 12)
+    return f"{year:04d}-{month:02d}"
+
+
+def price_impact(*, session: Session, base: PolicyDocument, doc: PolicyDocument, month: str | None = None) -> dict | None:
+    """What last month's invoices would have been under the proposed pricing, tenant by tenant.
+
+    The stored rollups are re-rated twice with the billing code: once as billed (each hour's own
+    version) and once with each hour's pricing replaced by the proposal. None when pricing is unchanged.
+    """
+    if base.pricing == doc.pricing:
+        return None
+    from dataclasses import replace
+
+    from app.billing.loader import load_hours
+    from app.billing.periods import parse_period
+    from app.billing.rating import rate_period
+    from app.billing.types import LineKind
+
+    period = parse_period(month or previous_month(), field_path="month")
+    hours = list(load_hours(session=session, start=period.start, end=period.end))
+    span = {"period_start": int(period.start.timestamp()), "period_end": int(period.end.timestamp())}
+    out: dict[str, Any] = {"month": period.month, "pool_hours": len(hours), "currency": doc.pricing.currency, "tenants": []}
+    if not hours:
+        return out
+    proposed = [replace(h, policy=h.policy.model_copy(update={"pricing": doc.pricing})) for h in hours]
+    try:
+        as_billed = rate_period(hours, **span)
+        as_proposed = rate_period(proposed, **span)
+    except Invalid as exc:
+        out["error"] = exc.detail
+        return out
+
+    def totals(result) -> dict[str, Any]:
+        sums: dict[str, Any] = {}
+        for line in result.lines:
+            if line.kind in LineKind.CHARGES or line.kind in LineKind.TRANSFERS:
+                sums[line.account] = sums.get(line.account, 0) + line.amount
+        return sums
+
+    before, after = totals(as_billed), totals(as_proposed)
+    for account in sorted(set(before) | set(after)):
+        old, new = before.get(account, 0), after.get(account, 0)
+        out["tenants"].append({"tenant": account, "before": str(old), "after": str(new), "delta": str(new - old)})
+    return out
+
+
+def preview(
+    *, session: Session, change: ChangeRequest, measured_peaks: Mapping[str, float] | None = None, month: str | None = None
+) -> dict:
+    """Validation, semantic diff, capacity impact and (for a price change) the invoice impact of a request."""
+    doc, findings = validation(change, measured_peaks=measured_peaks)
+    base = load_document(get_version(session=session, number=change.base_version_id))
+    out: dict[str, Any] = {
+        "valid": doc is not None and not any(e.severity == "error" for e in findings),
+        "errors": [e.as_dict() for e in findings if e.severity == "error"],
+        "warnings": [e.as_dict() for e in findings if e.severity != "error"],
+        "stale": is_stale(session=session, change=change),
+        "diff": [],
+        "capacity": None,
+        "price": None,
+    }
+    if doc is None:
+        return out
+    out["diff"] = [c.as_dict() for c in semantic_diff(session=session, change=change)]
+    out["capacity"] = capacity_impact(base, doc, measured_peaks=measured_peaks)
+    try:
+        out["price"] = price_impact(session=session, base=base, doc=doc, month=month)
+    except ImportError as exc:  # billing not installed in this build
+        out["price"] = {"error": f"invoice preview unavailable: {exc}"}
+    return out

@@ -1,0 +1,198 @@
+"""Change requests: the state machine, immutability, four eyes, rebase, validation and audit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlmodel import select
+
+from app.core.audit import AuditEntry
+from app.core.errors import AppError, Conflict, Invalid
+from app.policy import changes
+from app.policy.review_models import ChangeState
+from tests.policy.review_builders import approved, draft, edited, seed, set_p99, set_price, set_quota
+
+
+def audit(session, action: str, change_id: int) -> list[AuditEntry]:
+    return list(session.exec(select(AuditEntry).where(AuditEntry.action == action, AuditEntry.entity_id == str(change_id))))
+
+
+def test_create_starts_from_current_version(session):
+    v1 = seed(session)
+    change = changes.create_change(session=session, actor="olga", title="t", justification="why")
+    assert change.state == ChangeState.DRAFT and change.base_version_id == v1.id
+    assert "mixed-a100" in change.document
+    assert changes.semantic_diff(session=session, change=change) == []
+
+
+@pytest.mark.parametrize("title,justification,path", [("", "why", "title"), ("t", "  ", "justification")])
+def test_title_and_justification_required(session, title, justification, path):
+    seed(session)
+    with pytest.raises(Invalid) as err:
+        changes.create_change(session=session, actor="olga", title=title, justification=justification)
+    assert [e.path for e in err.value.errors] == [path]
+
+
+def test_full_workflow_and_audit(session):
+    v1 = seed(session)
+    change = draft(session, v1)
+    assert [c.path for c in changes.semantic_diff(session=session, change=change)] == ["quotas[vision/mixed-a100].guaranteed_gpus"]
+    changes.submit(session=session, change_id=change.id, actor="olga")
+    assert change.state == ChangeState.SUBMITTED
+    changes.add_comment(session=session, change_id=change.id, actor="vic", body="looks fine")
+    changes.approve(session=session, change_id=change.id, actor="rita", comment="ok")
+    assert change.state == ChangeState.APPROVED and change.approval_count == 1
+    for action in ("change.create", "change.submit", "change.comment", "change.approve"):
+        assert len(audit(session, action, change.id)) == 1, action
+    entry = audit(session, "change.approve", change.id)[0]
+    assert json.loads(entry.before)["state"] == "submitted" and json.loads(entry.after)["state"] == "approved"
+    assert entry.actor == "rita"
+
+
+def test_immutable_once_submitted(session):
+    v1 = seed(session)
+    change = draft(session, v1)
+    changes.submit(session=session, change_id=change.id, actor="olga")
+    with pytest.raises(Conflict):
+        changes.update_change(session=session, change_id=change.id, actor="olga", document=edited(v1, set_quota(2)))
+    with pytest.raises(Conflict):
+        changes.submit(session=session, change_id=change.id, actor="olga")
+    assert "guaranteed_gpus: 6" in change.document
+
+
+def test_only_author_edits_and_submits(session):
+    v1 = seed(session)
+    change = draft(session, v1)
+    for call in (changes.update_change, changes.submit, changes.withdraw):
+        with pytest.raises(AppError) as err:
+            call(session=session, change_id=change.id, actor="mallory")
+        assert err.value.status == 403
+
+
+def test_four_eyes_author_cannot_approve_or_reject(session):
+    v1 = seed(session)
+    change = draft(session, v1, author="ada")  # ada may well be an admin: still not her own reviewer
+    changes.submit(session=session, change_id=change.id, actor="ada")
+    for call in (changes.approve, changes.reject):
+        with pytest.raises(AppError) as err:
+            call(session=session, change_id=change.id, actor="ada")
+        assert err.value.status == 403
+    assert change.state == ChangeState.SUBMITTED and change.approval_count == 0
+
+
+def test_required_approvals_counts_distinct_reviewers(session):
+    v1 = seed(session)
+    change = draft(session, v1)
+    changes.submit(session=session, change_id=change.id, actor="olga")
+    changes.approve(session=session, change_id=change.id, actor="rita", required=2)
+    assert change.state == ChangeState.SUBMITTED and change.approval_count == 1
+    with pytest.raises(Conflict):
+        changes.approve(session=session, change_id=change.id, actor="rita", required=2)
+    changes.approve(session=session, change_id=change.id, actor="ravi", required=2)
+    assert change.state == ChangeState.APPROVED and change.approval_count == 2
+
+
+def test_reject_and_withdraw_are_terminal(session):
+    v1 = seed(session)
+    rejected = draft(session, v1)
+    changes.submit(session=session, change_id=rejected.id, actor="olga")
+    changes.reject(session=session, change_id=rejected.id, actor="rita", comment="too many")
+    assert rejected.state == ChangeState.REJECTED
+    with pytest.raises(Conflict):
+        changes.approve(session=session, change_id=rejected.id, actor="ravi")
+    with pytest.raises(Conflict):
+        changes.withdraw(session=session, change_id=rejected.id, actor="olga")
+    withdrawn = draft(session, v1)
+    changes.withdraw(session=session, change_id=withdrawn.id, actor="olga")
+    assert withdrawn.state == ChangeState.WITHDRAWN
+    with pytest.raises(Conflict):
+        changes.submit(session=session, change_id=withdrawn.id, actor="olga")
+    assert len(audit(session, "change.reject", rejected.id)) == 1
+    assert len(audit(session, "change.withdraw", withdrawn.id)) == 1
+
+
+def test_draft_is_approvable_only_after_submission(session):
+    v1 = seed(session)
+    change = draft(session, v1)
+    with pytest.raises(Conflict):
+        changes.approve(session=session, change_id=change.id, actor="rita")
+
+
+def test_validation_errors_block_submission_with_paths(session):
+    v1 = seed(session)
+    change = draft(session, v1, edit=set_quota(99))
+    with pytest.raises(Invalid) as err:
+        changes.submit(session=session, change_id=change.id, actor="olga")
+    assert "document.quotas[0].guaranteed_gpus" in [e.path for e in err.value.errors]
+    assert change.state == ChangeState.DRAFT
+    broken = changes.update_change(session=session, change_id=change.id, actor="olga", document="tenants: [")
+    with pytest.raises(Invalid):
+        changes.submit(session=session, change_id=broken.id, actor="olga")
+
+
+def test_no_op_change_cannot_be_submitted(session):
+    seed(session)
+    change = changes.create_change(session=session, actor="olga", title="t", justification="why")
+    with pytest.raises(Invalid):
+        changes.submit(session=session, change_id=change.id, actor="olga")
+
+
+def _advance(session, v1, edit):
+    """Another request, approved and applied as a new version: v1 is no longer current."""
+    from app.policy.service import import_version, load_document
+    from app.policy.validation import parse_document
+
+    other = parse_document(edited(v1, edit))
+    return import_version(session=session, document=other, actor="ops", source="change",
+                          effective_from=v1.effective_from.replace(month=2))
+
+
+def test_rebase_without_conflict_keeps_both_changes(session):
+    v1 = seed(session)
+    change = approved(session, v1)
+    v2 = _advance(session, v1, set_p99(250))
+    assert changes.is_stale(session=session, change=change)
+    result = changes.rebase(session=session, change_id=change.id, actor="olga")
+    assert result["rebased"] and result["conflicts"] == []
+    assert change.base_version_id == v2.id and change.state == ChangeState.APPROVED
+    assert "guaranteed_gpus: 6" in change.document and "p99_ms: 250" in change.document
+    assert not changes.is_stale(session=session, change=change)
+    assert len(audit(session, "change.rebase", change.id)) == 1
+
+
+def test_rebase_with_conflict_reports_fields_and_changes_nothing(session):
+    v1 = seed(session)
+    change = approved(session, v1)
+    _advance(session, v1, set_quota(2))
+    before = change.document
+    result = changes.rebase(session=session, change_id=change.id, actor="olga")
+    assert not result["rebased"]
+    assert [c["path"] for c in result["conflicts"]] == ["quotas[vision/mixed-a100].guaranteed_gpus"]
+    conflict = result["conflicts"][0]
+    assert (conflict["base"], conflict["ours"], conflict["theirs"]) == (4, 6, 2)
+    assert change.base_version_id == v1.id and change.document == before
+    assert audit(session, "change.rebase", change.id) == []
+
+
+def test_preview_capacity_and_memory(session):
+    v1 = seed(session)
+    change = draft(session, v1, edit=set_quota(20))
+    preview = changes.preview(session=session, change=change, measured_peaks={"search": 500_000})
+    assert not preview["valid"]
+    pool = preview["capacity"]["quotas"][0]
+    assert (pool["pool"], pool["gpus"], pool["guaranteed_before"], pool["guaranteed"], pool["over"]) == ("mixed-a100", 16, 4, 20, True)
+    mig = {row["gpus"]: row for row in preview["capacity"]["mig"]}
+    assert mig["0-3"]["slices_used"] == 6 and mig["4-7"]["slices_used"] == 7 and mig["0-3"]["slices"] == 7
+    memory = preview["capacity"]["memory"][0]
+    # 30% of 16 A100-80GB = 4.8 GPUs x 81920 MiB = 393216 MiB reserved, below 1.2 x 500000
+    assert memory["reserved_mib"] == 393216 and memory["required_mib"] == 600000 and memory["ok"] is False
+    assert preview["price"] is None  # pricing untouched
+
+
+def test_preview_price_change_without_rollups_names_the_month(session):
+    v1 = seed(session)
+    change = draft(session, v1, edit=set_price("0.30"))
+    preview = changes.preview(session=session, change=change)
+    assert preview["price"]["pool_hours"] == 0 and len(preview["price"]["month"]) == 7
+    assert [c["path"] for c in preview["diff"]] == ["pricing.energy_price_per_kwh"]
