@@ -11,9 +11,7 @@ import sqlmodel
 
 
 revision = '0004'
-# TEMPORARY while 0003 (auth) is being written in the shared checkout: chain after it once it exists.
-from pathlib import Path as _Path
-down_revision = '0003' if any(_Path(__file__).parent.glob('*_0003_*.py')) else '0002'
+down_revision = '0003'
 branch_labels = None
 depends_on = None
 
