@@ -1,0 +1,245 @@
+"""Period exports: CSV (one row per line), FOCUS 1.2 CSV and PDF. Bytes depend only on stored lines.
+
+Nothing here reads the clock or row ids, so re-rating unchanged inputs gives byte-identical files;
+`close` stores their SHA-256.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from datetime import datetime
+from decimal import Decimal
+
+from sqlmodel import Session
+
+from app.billing.invoices import PeriodView, load_view
+from app.billing.models import BillingPeriod, ChargeLineRecord, LineSource
+from app.billing.types import PLATFORM, LineKind
+from app.core.errors import Invalid, FieldError
+
+FORMATS = {
+    "csv": ("text/csv; charset=utf-8", "csv"),
+    "focus": ("text/csv; charset=utf-8", "focus.csv"),
+    "pdf": ("application/pdf", "pdf"),
+}
+ISSUER = "GPU Platform"  # the internal provider: invoice issuer, provider and publisher
+SERVICE_NAME = "GPU Co-location"
+SERVICE_CATEGORY = "AI and Machine Learning"  # FOCUS 1.2 allowed value
+SERVICE_SUBCATEGORY = "Machine Learning"
+QUANTITY = Decimal("0.000001")
+
+DESCRIPTIONS = {
+    LineKind.RESERVED_FEE: "Reserved inference capacity",
+    LineKind.INFERENCE_OVERAGE: "Inference use above the reserved share",
+    LineKind.USAGE_BUSY: "GPU use while inference is busy",
+    LineKind.USAGE_DARK: "GPU use in dark time (discounted)",
+    LineKind.SLA_PENALTY: "SLA penalty for co-location during breach minutes",
+    LineKind.SLA_CREDIT: "SLA credit for breach minutes",
+    LineKind.UNALLOCATED: "Unallocated GPU use (unclaimed namespaces)",
+    LineKind.IDLE: "Idle capacity",
+    LineKind.DARK_DISCOUNT: "Dark-time discount",
+    LineKind.RESERVED_UNUSED: "Reserved but unused capacity (paid by reservations)",
+    LineKind.ROUNDING: "Rounding",
+}
+
+
+def media_type(fmt: str) -> str:
+    return FORMATS[fmt][0]
+
+
+def filename(month: str, fmt: str) -> str:
+    return f"chargeback-{month}.{FORMATS[fmt][1]}"
+
+
+def check_format(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise Invalid(
+            f"Unknown export format {fmt!r}", [FieldError("format", "one of: " + ", ".join(sorted(FORMATS)))]
+        )
+    return fmt
+
+
+def render(*, session: Session, period: BillingPeriod, fmt: str) -> bytes:
+    """The export of `period` in `fmt` (csv | focus | pdf)."""
+    view = load_view(session=session, period=period)
+    return _RENDERERS[check_format(fmt)](view)
+
+
+def hashes(*, session: Session, period: BillingPeriod) -> dict[str, str]:
+    """SHA-256 of each export format (stored on the period at finalize)."""
+    view = load_view(session=session, period=period)
+    return {fmt: hashlib.sha256(fn(view)).hexdigest() for fmt, fn in _RENDERERS.items()}
+
+
+def _iso(dt: datetime) -> str:
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _qty(value: Decimal) -> str:
+    return format(Decimal(value).quantize(QUANTITY), "f")
+
+
+def _money(value: Decimal) -> str:
+    return format(Decimal(value), "f")
+
+
+def _csv_bytes(header: list[str], rows: list[list[str]]) -> bytes:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buffer.getvalue().encode("utf-8")
+
+
+CSV_COLUMNS = [
+    "period", "line_id", "account", "department", "pool", "kind", "class", "service", "policy_version",
+    "charge_start", "charge_end", "quantity", "unit", "amount", "currency", "correction", "corrects", "reason",
+]
+
+
+def render_csv(view: PeriodView) -> bytes:
+    """One row per stored line, ordered by line id."""
+    p = view.period
+    rows = [
+        [
+            p.month, l.line_id, l.account, l.department, l.pool, l.kind, l.klass, l.service, str(l.policy_version),
+            _iso(l.charge_start), _iso(l.charge_end), _qty(l.quantity), l.unit, _money(l.amount), p.currency,
+            "true" if l.source == LineSource.CORRECTION else "false", l.corrects, l.reason,
+        ]
+        for l in view.lines
+    ]
+    return _csv_bytes(CSV_COLUMNS, rows)
+
+
+# FOCUS 1.2: the 21 mandatory columns first (alphabetical, as the spec lists them), then the
+# conditional/recommended ones we can fill, then x_ custom columns.
+FOCUS_MANDATORY = [
+    "BilledCost", "BillingAccountId", "BillingAccountName", "BillingCurrency", "BillingPeriodEnd",
+    "BillingPeriodStart", "ChargeCategory", "ChargeClass", "ChargeDescription", "ChargePeriodEnd",
+    "ChargePeriodStart", "ContractedCost", "EffectiveCost", "InvoiceIssuerName", "ListCost", "PricingQuantity",
+    "PricingUnit", "ProviderName", "PublisherName", "ServiceCategory", "ServiceName",
+]
+FOCUS_OPTIONAL = [
+    "BillingAccountType", "ChargeFrequency", "ConsumedQuantity", "ConsumedUnit", "InvoiceId", "PricingCategory",
+    "ResourceId", "ResourceName", "ResourceType", "ServiceSubcategory", "SubAccountId", "SubAccountName",
+    "SubAccountType", "Tags",
+]
+FOCUS_CUSTOM = ["x_LineId", "x_Corrects", "x_PolicyVersion"]
+FOCUS_COLUMNS = FOCUS_MANDATORY + FOCUS_OPTIONAL + FOCUS_CUSTOM
+
+_UNITS = {"GPU-hour": "GPU-Hours", "breach-minute": "Breach-Minutes"}
+
+
+def charge_category(kind: str) -> str:
+    """FOCUS ChargeCategory: consumption is Usage, SLA credits are Credit, the rest Adjustment."""
+    if kind == LineKind.SLA_CREDIT:
+        return "Credit"
+    if kind in LineKind.CHARGES:
+        return "Usage"
+    return "Adjustment"
+
+
+def _list_cost(line: ChargeLineRecord, multipliers: dict[int, Decimal]) -> Decimal:
+    """Dark use is billed at the dark-time multiplier; its list cost is the undiscounted price."""
+    multiplier = multipliers.get(line.policy_version)
+    if line.kind == LineKind.USAGE_DARK and multiplier:
+        return (line.amount / multiplier).quantize(Decimal("0.01"))
+    return line.amount
+
+
+def render_focus(view: PeriodView) -> bytes:
+    """FOCUS 1.2 cost and usage rows: one per tenant x pool x charge line."""
+    p = view.period
+    multipliers = _dark_multipliers(view)
+    rows = []
+    for l in view.lines:
+        category = charge_category(l.kind)
+        unit = _UNITS.get(l.unit, l.unit)
+        department = l.department or ("platform" if l.account == PLATFORM else "unassigned")
+        description = f"{DESCRIPTIONS.get(l.kind, l.kind)}, pool {l.pool}"
+        if l.service:
+            description += f", service {l.service}"
+        if l.source == LineSource.CORRECTION:
+            description = f"Correction of {l.corrects}: {l.reason}"
+        tags = {"department": department, "kind": l.kind, "policy_version": str(l.policy_version), "pool": l.pool}
+        if l.klass:
+            tags["class"] = l.klass
+        if l.service:
+            tags["service"] = l.service
+        values = {
+            "BilledCost": _money(l.amount),
+            "BillingAccountId": department,
+            "BillingAccountName": department,
+            "BillingCurrency": p.currency,
+            "BillingPeriodEnd": _iso(p.ends_at),
+            "BillingPeriodStart": _iso(p.starts_at),
+            "ChargeCategory": category,
+            # Only corrections of a previously invoiced period carry a ChargeClass.
+            "ChargeClass": "Correction" if l.source == LineSource.CORRECTION else "",
+            "ChargeDescription": description,
+            "ChargePeriodEnd": _iso(l.charge_end),
+            "ChargePeriodStart": _iso(l.charge_start),
+            "ContractedCost": _money(l.amount),
+            "EffectiveCost": _money(l.amount),
+            "InvoiceIssuerName": ISSUER,
+            "ListCost": _money(_list_cost(l, multipliers)),
+            "PricingQuantity": _qty(l.quantity),
+            "PricingUnit": unit,
+            "ProviderName": ISSUER,
+            "PublisherName": ISSUER,
+            "ServiceCategory": SERVICE_CATEGORY,
+            "ServiceName": SERVICE_NAME,
+            "BillingAccountType": "Department",
+            "ChargeFrequency": "Recurring" if l.kind == LineKind.RESERVED_FEE else "Usage-Based",
+            # FOCUS: ConsumedQuantity/Unit only on Usage rows.
+            "ConsumedQuantity": _qty(l.quantity) if category == "Usage" else "",
+            "ConsumedUnit": unit if category == "Usage" else "",
+            "InvoiceId": f"{p.month}/{l.account}",
+            "PricingCategory": "Standard" if category == "Usage" and l.source != LineSource.CORRECTION else "",
+            "ResourceId": l.pool,
+            "ResourceName": l.pool,
+            "ResourceType": "GPU pool",
+            "ServiceSubcategory": SERVICE_SUBCATEGORY,
+            "SubAccountId": l.account,
+            "SubAccountName": l.account,
+            "SubAccountType": "Platform" if l.account == PLATFORM else "Tenant",
+            "Tags": json.dumps(tags, sort_keys=True, separators=(",", ":")),
+            "x_LineId": l.line_id,
+            "x_Corrects": l.corrects,
+            "x_PolicyVersion": str(l.policy_version),
+        }
+        rows.append([values[c] for c in FOCUS_COLUMNS])
+    return _csv_bytes(FOCUS_COLUMNS, rows)
+
+
+def _dark_multipliers(view: PeriodView) -> dict[int, Decimal]:
+    versions = {l.policy_version for l in view.lines if l.kind == LineKind.USAGE_DARK}
+    if not versions:
+        return {}
+    from app.policy.models import PolicyVersion
+    from app.policy.service import load_document
+
+    session = Session.object_session(view.period)
+    out = {}
+    for version_id in sorted(versions):
+        version = session.get(PolicyVersion, version_id) if session else None
+        if version is not None:
+            out[version_id] = load_document(version).pricing.dark_time_multiplier
+    return out
+
+
+def render_pdf(view: PeriodView) -> bytes:
+    from app.billing.pdf import render_pdf as _render
+
+    return _render(view)
+
+
+# Late-bound so a test can make one renderer fail mid-close.
+_RENDERERS = {
+    "csv": lambda view: render_csv(view),
+    "focus": lambda view: render_focus(view),
+    "pdf": lambda view: render_pdf(view),
+}

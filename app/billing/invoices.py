@@ -1,0 +1,232 @@
+"""Read side of a rated period: tenant invoices, department roll-ups and the platform statement.
+
+Everything here reads the stored lines of one period (never re-rates), so a finalized period
+always shows the same figures.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from decimal import Decimal
+
+from sqlalchemy import select
+from sqlmodel import Session
+
+from app.billing.models import (
+    BillingPeriod,
+    ChargeLineRecord,
+    LineSource,
+    PeriodStatus,
+    PoolCostRecord,
+    TenantUsageRecord,
+    UnattributedBreachRecord,
+)
+from app.billing.periods import get_period, parse_period, require_started
+from app.billing.types import PLATFORM, LineKind
+from app.core.errors import NotFound
+
+ZERO = Decimal(0)
+HOURS = Decimal("0.000001")
+
+
+@dataclass
+class PeriodView:
+    """Everything stored for one rated period, in a stable order."""
+
+    period: BillingPeriod
+    lines: list[ChargeLineRecord]
+    usage: list[TenantUsageRecord]
+    unattributed: list[UnattributedBreachRecord]
+    costs: dict[str, Decimal]
+
+    @property
+    def tenants(self) -> list[str]:
+        names = {l.account for l in self.lines} | {u.tenant for u in self.usage}
+        return sorted(names - {PLATFORM})
+
+
+def rated_period(*, session: Session, month: str) -> BillingPeriod:
+    """The stored period, or 404 when it is unknown, in the future or never rated."""
+    p = parse_period(month)
+    require_started(p)
+    row = get_period(session=session, month=p.month)
+    if row is None or row.status == PeriodStatus.OPEN:
+        raise NotFound(f"Billing period {p.month} has not been rated yet")
+    return row
+
+
+def load_view(*, session: Session, period: BillingPeriod) -> PeriodView:
+    """Read a period's stored rows (lines by account, pool, kind, class, service, start)."""
+    pid = period.id
+    lines = list(
+        session.execute(
+            select(ChargeLineRecord)
+            .where(ChargeLineRecord.period_id == pid)
+            .order_by(
+                ChargeLineRecord.account, ChargeLineRecord.pool, ChargeLineRecord.kind, ChargeLineRecord.klass,
+                ChargeLineRecord.service, ChargeLineRecord.charge_start, ChargeLineRecord.line_id,
+            )
+        ).scalars()
+    )
+    usage = list(
+        session.execute(
+            select(TenantUsageRecord)
+            .where(TenantUsageRecord.period_id == pid)
+            .order_by(TenantUsageRecord.tenant, TenantUsageRecord.pool, TenantUsageRecord.klass)
+        ).scalars()
+    )
+    unattributed = list(
+        session.execute(
+            select(UnattributedBreachRecord)
+            .where(UnattributedBreachRecord.period_id == pid)
+            .order_by(UnattributedBreachRecord.service, UnattributedBreachRecord.minute_end)
+        ).scalars()
+    )
+    costs = dict(
+        session.execute(
+            select(PoolCostRecord.pool, PoolCostRecord.cost)
+            .where(PoolCostRecord.period_id == pid)
+            .order_by(PoolCostRecord.pool)
+        ).all()
+    )
+    return PeriodView(period=period, lines=lines, usage=usage, unattributed=unattributed, costs=costs)
+
+
+def line_dict(line: ChargeLineRecord) -> dict:
+    return {
+        "line_id": line.line_id, "account": line.account, "department": line.department, "pool": line.pool,
+        "kind": line.kind, "class": line.klass, "service": line.service, "policy_version": line.policy_version,
+        "charge_start": line.charge_start, "charge_end": line.charge_end, "quantity": line.quantity,
+        "unit": line.unit, "amount": line.amount, "correction": line.source == LineSource.CORRECTION,
+        "corrects": line.corrects or None, "reason": line.reason or None,
+    }
+
+
+def _efficiency(rows: list[TenantUsageRecord]) -> float | None:
+    """GPU-hour weighted mean of the measured efficiencies (None when nothing was measured)."""
+    weight = total = 0.0
+    for u in rows:
+        if u.efficiency is None:
+            continue
+        hours = float(u.busy_gpu_hours + u.dark_gpu_hours)
+        weight += hours
+        total += hours * u.efficiency
+    return round(total / weight, 4) if weight else None
+
+
+def tenant_invoice(view: PeriodView, tenant: str) -> dict:
+    """One tenant's invoice: its lines, GPU-hours per pool and class, efficiency, penalties, credits, total."""
+    lines = [l for l in view.lines if l.account == tenant]
+    usage = [u for u in view.usage if u.tenant == tenant]
+    if tenant == PLATFORM or (not lines and not usage):
+        raise NotFound(f"No invoice for tenant {tenant!r} in {view.period.month}")
+    department = next((l.department for l in lines if l.department), "") or next((u.department for u in usage), "")
+    penalties = sum((l.amount for l in lines if l.kind == LineKind.SLA_PENALTY), ZERO)
+    credits = ZERO - sum((l.amount for l in lines if l.kind == LineKind.SLA_CREDIT), ZERO)
+    return {
+        "period": view.period.month,
+        "status": view.period.status,
+        "tenant": tenant,
+        "department": department,
+        "currency": view.period.currency,
+        "lines": [line_dict(l) for l in lines],
+        "gpu_hours": [
+            {"pool": u.pool, "class": u.klass, "busy": u.busy_gpu_hours, "dark": u.dark_gpu_hours,
+             "total": u.busy_gpu_hours + u.dark_gpu_hours, "efficiency": u.efficiency}
+            for u in usage
+        ],
+        "gpu_hours_total": sum((u.busy_gpu_hours + u.dark_gpu_hours for u in usage), ZERO),
+        "efficiency": _efficiency(usage),
+        "penalties_paid": penalties,
+        "credits_received": credits,
+        "corrections": sum((l.amount for l in lines if l.source == LineSource.CORRECTION), ZERO),
+        "total": sum((l.amount for l in lines), ZERO),
+    }
+
+
+def invoice_summaries(view: PeriodView, visible: frozenset[str] | None) -> dict:
+    """Invoice totals per visible tenant and their department roll-ups."""
+    totals: dict[str, Decimal] = defaultdict(lambda: ZERO)
+    departments: dict[str, str] = {}
+    hours: dict[str, Decimal] = defaultdict(lambda: ZERO)
+    for l in view.lines:
+        if l.account != PLATFORM:
+            totals[l.account] += l.amount
+            departments.setdefault(l.account, l.department)
+    for u in view.usage:
+        if u.tenant != PLATFORM:
+            hours[u.tenant] += u.busy_gpu_hours + u.dark_gpu_hours
+            totals[u.tenant] += ZERO
+            departments.setdefault(u.tenant, u.department)
+    tenants = [t for t in sorted(totals) if visible is None or t in visible]
+    invoices = [
+        {"tenant": t, "department": departments.get(t, ""), "gpu_hours": hours[t], "total": totals[t]}
+        for t in tenants
+    ]
+    rollup: dict[str, dict] = {}
+    for inv in invoices:
+        dept = rollup.setdefault(inv["department"], {"department": inv["department"], "tenants": [], "total": ZERO})
+        dept["tenants"].append(inv["tenant"])
+        dept["total"] += inv["total"]
+    return {
+        "period": view.period.month,
+        "status": view.period.status,
+        "currency": view.period.currency,
+        "invoices": invoices,
+        "departments": [rollup[d] for d in sorted(rollup)],
+    }
+
+
+def platform_statement(view: PeriodView) -> dict:
+    """Balance lines, unallocated use, gaps, unattributed breaches, C per pool and the conservation check."""
+    rating = [l for l in view.lines if l.source == LineSource.RATING]
+    by_kind: dict[str, Decimal] = {k: ZERO for k in LineKind.BALANCE}
+    pools: dict[str, dict] = {}
+    unallocated_hours = unallocated_amount = ZERO
+    for l in rating:
+        pool = pools.setdefault(
+            l.pool, {"pool": l.pool, "charges": ZERO, "transfers": ZERO, **{k: ZERO for k in LineKind.BALANCE}}
+        )
+        if l.kind in LineKind.BALANCE:
+            by_kind[l.kind] += l.amount
+            pool[l.kind] += l.amount
+        elif l.kind in LineKind.TRANSFERS:
+            pool["transfers"] += l.amount
+        else:
+            pool["charges"] += l.amount
+        if l.kind == LineKind.UNALLOCATED:
+            unallocated_hours += l.quantity
+            unallocated_amount += l.amount
+    rows = []
+    for name in sorted(set(pools) | set(view.costs)):
+        pool = pools.get(name) or {"pool": name, "charges": ZERO, "transfers": ZERO, **{k: ZERO for k in LineKind.BALANCE}}
+        cost = view.costs.get(name, ZERO)
+        balance = sum((pool[k] for k in LineKind.BALANCE), ZERO)
+        pool.update(cost=cost, balance=balance, difference=pool["charges"] + balance - cost)
+        pool["conserved"] = pool["difference"] == ZERO and pool["transfers"] == ZERO
+        rows.append(pool)
+    breaches = [
+        {"service": b.service, "pool": b.pool, "minute_end": b.minute_end, "penalty": b.penalty}
+        for b in view.unattributed
+    ]
+    return {
+        "period": view.period.month,
+        "status": view.period.status,
+        "currency": view.period.currency,
+        "balance": {k: by_kind[k] for k in LineKind.BALANCE},
+        "balance_total": sum(by_kind.values(), ZERO),
+        "unallocated": {"gpu_hours": unallocated_hours.quantize(HOURS), "amount": unallocated_amount},
+        "pools": rows,
+        "cost_total": sum(view.costs.values(), ZERO),
+        "conserved": all(r["conserved"] for r in rows),
+        "hours_expected": view.period.hours_expected,
+        "hours_ok": view.period.hours_ok,
+        "gap_hours": json.loads(view.period.gap_hours),
+        "missing_hours": json.loads(view.period.missing_hours),
+        "accept_gaps_reason": view.period.accept_gaps_reason,
+        "unattributed_breaches": breaches,
+        "unattributed_penalty_total": sum((b.penalty for b in view.unattributed), ZERO),
+        "platform_lines": [line_dict(l) for l in view.lines if l.account == PLATFORM],
+    }

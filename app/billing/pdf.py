@@ -1,0 +1,151 @@
+"""The period PDF: summary, platform statement, then one invoice page per tenant (text, searchable).
+
+Metadata comes from the period (creation date = period end), never the clock, so the bytes
+are reproducible and the stored hash stays valid.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from fpdf import FPDF
+from fpdf.enums import XPos, YPos
+
+from app.billing.invoices import PeriodView, invoice_summaries, platform_statement, tenant_invoice
+from app.billing.types import LineKind
+
+LABELS = {
+    LineKind.IDLE: "Idle capacity",
+    LineKind.DARK_DISCOUNT: "Dark-time discount",
+    LineKind.RESERVED_UNUSED: "Reserved but unused",
+    LineKind.ROUNDING: "Rounding",
+}
+
+
+def _text(value: object) -> str:
+    # Core fonts are Latin-1 only; anything else becomes '?' rather than failing the export.
+    return str(value).encode("latin-1", "replace").decode("latin-1")
+
+
+def _money(value: Decimal, currency: str) -> str:
+    return f"{value:,.2f} {currency}"
+
+
+class _Doc(FPDF):
+    def __init__(self, title: str):
+        super().__init__(orientation="P", unit="mm", format="A4")
+        self.doc_title = title
+        self.set_auto_page_break(auto=True, margin=15)
+        self.set_margins(12, 12, 12)
+
+    def footer(self) -> None:
+        self.set_y(-12)
+        self.set_font("Helvetica", size=7)
+        self.cell(0, 5, _text(f"{self.doc_title} - page {self.page_no()}"), align="C")
+
+    def heading(self, text: str, size: int = 14) -> None:
+        self.set_font("Helvetica", "B", size)
+        self.cell(0, 8, _text(text), new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+        self.set_font("Helvetica", size=9)
+
+    def line_text(self, text: str) -> None:
+        self.set_font("Helvetica", size=9)
+        self.cell(0, 5, _text(text), new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+
+    def table(self, widths: list[float], header: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> None:
+        self.set_font("Helvetica", "B", 8)
+        for w, h in zip(widths, header):
+            self.cell(w, 5, _text(h), border="B")
+        self.ln(5)
+        self.set_font("Helvetica", size=8)
+        for row in rows:
+            for i, (w, value) in enumerate(zip(widths, row)):
+                self.cell(w, 4.5, _text(value), align="R" if i in right else "L")
+            self.ln(4.5)
+        self.ln(2)
+
+
+def render_pdf(view: PeriodView) -> bytes:
+    """Summary, platform statement and one invoice per tenant, as PDF bytes."""
+    period = view.period
+    cur = period.currency
+    doc = _Doc(f"GPU chargeback {period.month}")
+    doc.set_title(f"GPU chargeback {period.month}")
+    doc.set_author("GPU chargeback portal")
+    doc.set_creator("GPU chargeback portal")
+    doc.set_producer("GPU chargeback portal")
+    doc.set_creation_date(period.ends_at)
+
+    summary = invoice_summaries(view, None)
+    doc.add_page()
+    doc.heading(f"GPU chargeback - period {period.month}", 16)
+    doc.line_text(f"Status: {period.status}    Currency: {cur}")
+    doc.line_text(f"Period: {period.starts_at:%Y-%m-%d %H:%M} UTC to {period.ends_at:%Y-%m-%d %H:%M} UTC (end exclusive)")
+    doc.ln(3)
+    doc.heading("Invoices", 12)
+    doc.table(
+        [60, 50, 35, 41], ["Tenant", "Department", "GPU-hours", "Total"],
+        [[i["tenant"], i["department"], f"{i['gpu_hours']:.2f}", _money(i["total"], cur)] for i in summary["invoices"]],
+        right={2, 3},
+    )
+    doc.heading("Departments", 12)
+    doc.table(
+        [60, 85, 41], ["Department", "Tenants", "Total"],
+        [[d["department"], str(len(d["tenants"])), _money(d["total"], cur)] for d in summary["departments"]],
+        right={2},
+    )
+
+    statement = platform_statement(view)
+    doc.add_page()
+    doc.heading(f"Platform statement - {period.month}", 14)
+    doc.table(
+        [120, 66], ["Balance line", "Amount"],
+        [[LABELS[k], _money(v, cur)] for k, v in statement["balance"].items()]
+        + [["Unallocated use (" + f"{statement['unallocated']['gpu_hours']:.2f} GPU-hours)",
+            _money(statement["unallocated"]["amount"], cur)]],
+        right={1},
+    )
+    doc.heading("Cost per pool (C) and conservation", 12)
+    doc.table(
+        [46, 35, 35, 35, 35], ["Pool", "Cost C", "Charges", "Balance", "Check"],
+        [[r["pool"], _money(r["cost"], cur), _money(r["charges"], cur), _money(r["balance"], cur),
+          "conserved" if r["conserved"] else f"off by {r['difference']}"] for r in statement["pools"]],
+        right={1, 2, 3},
+    )
+    doc.line_text(f"Hours ingested: {statement['hours_ok']} of {statement['hours_expected']}")
+    doc.line_text(f"Gap hours: {len(statement['gap_hours'])}    Hours not ingested: {len(statement['missing_hours'])}")
+    if statement["accept_gaps_reason"]:
+        doc.line_text(f"Gaps accepted: {statement['accept_gaps_reason']}")
+    for hour in statement["gap_hours"][:48]:
+        doc.line_text(f"  gap hour {hour}")
+    doc.line_text(
+        f"Unattributed SLA breach minutes: {len(statement['unattributed_breaches'])}"
+        f" (penalty nobody pays: {_money(statement['unattributed_penalty_total'], cur)})"
+    )
+
+    for tenant in view.tenants:
+        inv = tenant_invoice(view, tenant)
+        doc.add_page()
+        doc.heading(f"Invoice {period.month} - tenant {tenant}", 14)
+        doc.line_text(f"Department: {inv['department'] or '-'}    Status: {period.status}    Currency: {cur}")
+        doc.ln(2)
+        doc.table(
+            [40, 30, 22, 26, 10, 24, 34], ["Line", "Pool", "Class", "Service", "Ver", "Quantity", "Amount"],
+            [[l["kind"] + (" (correction)" if l["correction"] else ""), l["pool"], l["class"], l["service"],
+              str(l["policy_version"]), f"{l['quantity']:.4f} {'min' if l['unit'] == 'breach-minute' else 'GPU-h'}",
+              _money(l["amount"], cur)] for l in inv["lines"]],
+            right={5, 6},
+        )
+        doc.table(
+            [50, 30, 30, 30, 46], ["Pool", "Class", "Busy GPU-h", "Dark GPU-h", "Efficiency"],
+            [[g["pool"], g["class"], f"{g['busy']:.2f}", f"{g['dark']:.2f}",
+              "-" if g["efficiency"] is None else f"{g['efficiency']:.1%}"] for g in inv["gpu_hours"]],
+            right={2, 3, 4},
+        )
+        eff = "-" if inv["efficiency"] is None else f"{inv['efficiency']:.1%}"
+        doc.line_text(f"GPU-hours: {inv['gpu_hours_total']:.2f}    Efficiency: {eff}")
+        doc.line_text(f"Penalties paid: {_money(inv['penalties_paid'], cur)}    "
+                      f"Credits received: {_money(inv['credits_received'], cur)}")
+        doc.set_font("Helvetica", "B", 11)
+        doc.cell(0, 8, _text(f"Total due: {_money(inv['total'], cur)}"), new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+    return bytes(doc.output())

@@ -1,0 +1,390 @@
+"""Billing periods: rate (draft, re-ratable), close (finalize, one transaction), correct (a later line).
+
+Services flush only; the caller's unit of work commits. Every state change is audited.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session
+
+from app.billing.loader import DocumentCache, load_hours
+from app.billing.models import (
+    BillingPeriod,
+    ChargeLineRecord,
+    LineSource,
+    PeriodStatus,
+    PoolCostRecord,
+    TenantUsageRecord,
+    UnattributedBreachRecord,
+)
+from app.billing.types import PLATFORM, ChargeLine, RatingResult
+from app.core.audit import record
+from app.core.errors import Conflict, FieldError, Invalid, NotFound
+from app.core.settings import get_settings
+from app.core.timeutil import from_epoch, hours_between, utcnow
+from app.metrics.models import IngestHour
+
+CENT = Decimal("0.01")
+_PERIOD = re.compile(r"^(\d{4})-(\d{2})$")
+
+
+@dataclass(frozen=True)
+class Period:
+    """A calendar month in the billing timezone, as UTC instants [start, end)."""
+
+    month: str
+    start: datetime
+    end: datetime
+
+
+def parse_period(value: str, *, field_path: str = "period") -> Period:
+    """Parse "YYYY-MM" into the month's UTC bounds in the configured billing timezone."""
+    match = _PERIOD.match(value or "")
+    if not match or not 1 <= int(match.group(2)) <= 12 or int(match.group(1)) < 1970:
+        raise Invalid(
+            f"{value!r} is not a billing period; use YYYY-MM, e.g. 2026-10",
+            [FieldError(field_path, "expected YYYY-MM with a month from 01 to 12")],
+        )
+    year, month = int(match.group(1)), int(match.group(2))
+    tz = get_settings().tz
+    start = datetime(year, month, 1, tzinfo=tz)
+    end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=tz)
+    return Period(month=value, start=start.astimezone(UTC), end=end.astimezone(UTC))
+
+
+def require_started(period: Period) -> None:
+    """A month that has not begun has nothing to bill: 404."""
+    if period.start > utcnow():
+        raise NotFound(f"Billing period {period.month} has not started yet")
+
+
+@dataclass
+class HourStatus:
+    expected: int
+    ok: int
+    gaps: list[datetime] = field(default_factory=list)
+    missing: list[datetime] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.gaps and not self.missing
+
+
+def hour_status(*, session: Session, period: Period) -> HourStatus:
+    """Which hours of the period are ingested (ok), marked as gaps, or not tried yet (missing)."""
+    expected = hours_between(period.start, period.end)
+    rows = session.execute(
+        select(IngestHour.hour, IngestHour.status).where(IngestHour.hour >= period.start, IngestHour.hour < period.end)
+    ).all()
+    seen = {hour: status for hour, status in rows}
+    status = HourStatus(expected=len(expected), ok=sum(1 for s in seen.values() if s == "ok"))
+    for hour in expected:
+        state = seen.get(hour)
+        if state is None:
+            status.missing.append(hour)
+        elif state != "ok":
+            status.gaps.append(hour)
+    return status
+
+
+def get_period(*, session: Session, month: str) -> BillingPeriod | None:
+    return session.execute(select(BillingPeriod).where(BillingPeriod.month == month)).scalars().first()
+
+
+def _get_or_create(session: Session, period: Period) -> BillingPeriod:
+    row = get_period(session=session, month=period.month)
+    if row is not None:
+        return row
+    row = BillingPeriod(month=period.month, starts_at=period.start, ends_at=period.end, created_at=utcnow())
+    try:
+        with session.begin_nested():
+            session.add(row)
+            session.flush()
+    except IntegrityError as exc:  # a concurrent caller created it first
+        raise Conflict(f"Billing period {period.month} is being changed by someone else; try again") from exc
+    return row
+
+
+def _claim(session: Session, row: BillingPeriod, **values) -> None:
+    """Conditional UPDATE: takes the row lock and fails if the period got finalized meanwhile."""
+    result = session.execute(
+        update(BillingPeriod)
+        .where(BillingPeriod.id == row.id, BillingPeriod.status != PeriodStatus.FINALIZED)
+        .values(revision=BillingPeriod.revision + 1, **values)
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:
+        session.expire(row)
+        raise Conflict(f"Billing period {row.month} is finalized; its invoices can no longer change")
+    session.expire(row)
+
+
+def rate(*, session: Session, period: str, actor: str) -> BillingPeriod:
+    """Rate the period as a draft, replacing its previous draft lines. Refuses a finalized period."""
+    p = parse_period(period)
+    require_started(p)
+    row = _get_or_create(session, p)
+    if row.status == PeriodStatus.FINALIZED:
+        raise Conflict(f"Billing period {p.month} is finalized; its invoices can no longer change")
+    before = {"status": row.status, "revision": row.revision}
+    _claim(session, row, status=PeriodStatus.RATED)
+    total = _rate_into(session, row, p, actor)
+    record(
+        session=session, actor=actor, action="billing.rate", entity="billing_period", entity_id=p.month,
+        before=before, after={"status": row.status, "revision": row.revision, "total": str(total)},
+    )
+    return row
+
+
+def close(
+    *, session: Session, period: str, actor: str, accept_gaps: bool = False, reason: str | None = None
+) -> BillingPeriod:
+    """Finalize the period in one transaction: re-rate, store lines and export hashes, audit."""
+    from app.billing import exports
+
+    p = parse_period(period)
+    require_started(p)
+    reason = (reason or "").strip() or None
+    if accept_gaps and not reason:
+        raise Invalid("Accepting gaps needs a reason", [FieldError("reason", "required with accept_gaps")])
+    row = _get_or_create(session, p)
+    if row.status == PeriodStatus.FINALIZED:
+        raise Conflict(f"Billing period {p.month} is already finalized")
+    hours = hour_status(session=session, period=p)
+    if not hours.complete and not accept_gaps:
+        raise Conflict(_incomplete_message(p, hours))
+    before = {"status": row.status, "revision": row.revision}
+    _claim(
+        session, row, status=PeriodStatus.FINALIZED, finalized_at=utcnow(), finalized_by=actor,
+        accept_gaps_reason=reason if not hours.complete else None,
+    )
+    total = _rate_into(session, row, p, actor)
+    hashes = exports.hashes(session=session, period=row)
+    row.csv_sha256, row.focus_sha256, row.pdf_sha256 = hashes["csv"], hashes["focus"], hashes["pdf"]
+    session.add(row)
+    session.flush()
+    record(
+        session=session, actor=actor, action="billing.close", entity="billing_period", entity_id=p.month,
+        before=before,
+        after={
+            "status": row.status, "revision": row.revision, "total": str(total), "gap_hours": len(hours.gaps),
+            "missing_hours": len(hours.missing), "accept_gaps_reason": row.accept_gaps_reason, **hashes,
+        },
+    )
+    return row
+
+
+def _incomplete_message(p: Period, hours: HourStatus) -> str:
+    def sample(items: list[datetime]) -> str:
+        shown = ", ".join(h.strftime("%Y-%m-%dT%H:%MZ") for h in items[:3])
+        return shown + (f" and {len(items) - 3} more" if len(items) > 3 else "")
+
+    parts = []
+    if hours.missing:
+        parts.append(f"{len(hours.missing)} hour(s) not ingested yet ({sample(hours.missing)})")
+    if hours.gaps:
+        parts.append(f"{len(hours.gaps)} gap hour(s) ({sample(hours.gaps)})")
+    return (
+        f"Billing period {p.month} is incomplete: " + "; ".join(parts)
+        + ". Wait for ingestion, or close with accept_gaps and a reason."
+    )
+
+
+def _rating_result(session: Session, p: Period, docs: DocumentCache) -> RatingResult:
+    """Rate the stored hours; a GPU model without a price raises MissingPrice (422, model and hours named)."""
+    from app.billing.rating import rate_period
+
+    return rate_period(
+        load_hours(session=session, start=p.start, end=p.end, docs=docs),
+        period_start=int(p.start.timestamp()), period_end=int(p.end.timestamp()),
+    )
+
+
+def _rate_into(session: Session, row: BillingPeriod, p: Period, actor: str) -> Decimal:
+    """Run rating and replace the period's draft rows; return the billed total."""
+    docs = DocumentCache(session)
+    result = _rating_result(session, p, docs)
+    hours = hour_status(session=session, period=p)
+    for table in (TenantUsageRecord, UnattributedBreachRecord, PoolCostRecord):
+        session.execute(delete(table).where(table.period_id == row.id))
+    session.execute(
+        delete(ChargeLineRecord).where(ChargeLineRecord.period_id == row.id, ChargeLineRecord.source == LineSource.RATING)
+    )
+    revision = session.execute(select(BillingPeriod.revision).where(BillingPeriod.id == row.id)).scalar_one()
+    departments = _departments(docs)
+    lines = _line_rows(row.id, revision, p.month, result.lines, departments)
+    if lines:
+        session.execute(insert(ChargeLineRecord), lines)
+    usage = [
+        {
+            "period_id": row.id, "tenant": u.tenant, "department": departments.get(u.tenant, ""), "pool": u.pool,
+            "klass": u.klass, "busy_gpu_hours": u.busy_gpu_hours, "dark_gpu_hours": u.dark_gpu_hours,
+            "efficiency": u.efficiency,
+        }
+        for u in sorted(result.usage, key=lambda u: (u.tenant, u.pool, u.klass))
+    ]
+    if usage:
+        session.execute(insert(TenantUsageRecord), usage)
+    breaches = [
+        {"period_id": row.id, "service": b.service, "pool": b.pool, "minute_end": from_epoch(b.minute_end),
+         "penalty": b.penalty}
+        for b in sorted(result.unattributed, key=lambda b: (b.service, b.minute_end))
+    ]
+    if breaches:
+        session.execute(insert(UnattributedBreachRecord), breaches)
+    costs = [{"period_id": row.id, "pool": pool, "cost": cost} for pool, cost in sorted(result.cost_by_pool.items())]
+    if costs:
+        session.execute(insert(PoolCostRecord), costs)
+    row = session.get(BillingPeriod, row.id)
+    row.currency = result.currency
+    row.rated_at = utcnow()
+    row.rated_by = actor
+    row.hours_expected, row.hours_ok = hours.expected, hours.ok
+    row.gap_hours = json.dumps([h.isoformat() for h in hours.gaps])
+    row.missing_hours = json.dumps([h.isoformat() for h in hours.missing])
+    session.add(row)
+    session.flush()
+    return sum((line["amount"] for line in lines if line["account"] != PLATFORM), Decimal(0))
+
+
+def _departments(docs: DocumentCache) -> dict[str, str]:
+    """Tenant -> department from the versions used in this run (the latest version wins)."""
+    out: dict[str, str] = {PLATFORM: "platform"}
+    for version_id in sorted(docs.docs):
+        for tenant in docs.docs[version_id].tenants:
+            out[tenant.name] = tenant.department
+    return out
+
+
+def line_key(month: str, line: ChargeLine) -> str:
+    """The stable id stem of a line: period/account/pool/kind/class/version[/service]."""
+    stem = f"{month}/{line.account}/{line.pool}/{line.kind}/{line.klass or '-'}/v{line.policy_version}"
+    return f"{stem}/{line.service}" if line.service else stem
+
+
+def _line_rows(period_id: int, revision: int, month: str, lines: list[ChargeLine], departments: dict) -> list[dict]:
+    ordered = sorted(
+        lines, key=lambda l: (l.account, l.pool, l.kind, l.klass, l.policy_version, l.service, l.charge_start)
+    )
+    seq: dict[str, int] = {}
+    out = []
+    for line in ordered:
+        stem = line_key(month, line)
+        seq[stem] = seq.get(stem, 0) + 1
+        out.append(
+            {
+                "period_id": period_id, "revision": revision, "line_id": f"{stem}/{seq[stem]}",
+                "source": LineSource.RATING, "account": line.account,
+                "department": departments.get(line.account, ""), "pool": line.pool, "kind": line.kind,
+                "klass": line.klass, "service": line.service, "policy_version": line.policy_version,
+                "charge_start": from_epoch(line.charge_start), "charge_end": from_epoch(line.charge_end),
+                "quantity": line.quantity, "unit": line.unit, "amount": money(line.amount),
+                "corrects": line.corrects, "reason": "", "created_by": "",
+            }
+        )
+    return out
+
+
+def money(value: Decimal) -> Decimal:
+    """Half-even to cents (rating already rounds; this keeps stored values exact)."""
+    return Decimal(value).quantize(CENT, rounding=ROUND_HALF_EVEN)
+
+
+def correct(
+    *, session: Session, period: str, line_id: str, amount: Decimal | str, reason: str, actor: str
+) -> ChargeLineRecord:
+    """Add to open period `period` a line that corrects finalized line `line_id` by `amount`."""
+    p = parse_period(period)
+    require_started(p)
+    errors = []
+    try:
+        delta = money(Decimal(str(amount)))
+        if delta == 0:
+            errors.append(FieldError("amount", "a correction of zero changes nothing"))
+    except (InvalidOperation, ValueError):
+        delta = Decimal(0)
+        errors.append(FieldError("amount", f"{amount!r} is not a decimal amount"))
+    if not (reason or "").strip():
+        errors.append(FieldError("reason", "a correction needs a reason"))
+    if errors:
+        raise Invalid("The correction is not valid", errors)
+    original = session.execute(
+        select(ChargeLineRecord, BillingPeriod)
+        .join(BillingPeriod, BillingPeriod.id == ChargeLineRecord.period_id)
+        .where(ChargeLineRecord.line_id == line_id)
+    ).first()
+    if original is None:
+        raise NotFound(f"No charge line {line_id!r}")
+    line, source_period = original
+    if source_period.status != PeriodStatus.FINALIZED:
+        raise Invalid(
+            f"Line {line_id} belongs to {source_period.month}, which is not finalized; re-rate it instead",
+            [FieldError("line_id", "only lines of finalized periods are corrected")],
+        )
+    if source_period.starts_at >= p.start:
+        raise Invalid(
+            f"A correction of a {source_period.month} line must land in a later period than {p.month}",
+            [FieldError("period", f"must be after {source_period.month}")],
+        )
+    target = _get_or_create(session, p)
+    if target.status == PeriodStatus.FINALIZED:
+        raise Conflict(f"Billing period {p.month} is finalized; put the correction in an open period")
+    count = session.execute(
+        select(func.count()).select_from(ChargeLineRecord).where(
+            ChargeLineRecord.period_id == target.id, ChargeLineRecord.source == LineSource.CORRECTION
+        )
+    ).scalar_one()
+    fix = ChargeLineRecord(
+        period_id=target.id, revision=target.revision, line_id=f"{p.month}/{line.account}/{line.pool}/correction/{count + 1}",
+        source=LineSource.CORRECTION, account=line.account, department=line.department, pool=line.pool,
+        kind=line.kind, klass=line.klass, service=line.service, policy_version=line.policy_version,
+        charge_start=line.charge_start, charge_end=line.charge_end, quantity=Decimal(0), unit=line.unit,
+        amount=delta, corrects=line.line_id, reason=reason.strip(), created_by=actor,
+    )
+    session.add(fix)
+    session.flush()
+    record(
+        session=session, actor=actor, action="billing.correct", entity="charge_line", entity_id=fix.line_id,
+        tenant=None if line.account == PLATFORM else line.account,
+        after={"corrects": line.line_id, "amount": str(delta), "reason": fix.reason, "period": p.month},
+    )
+    return fix
+
+
+def list_periods(*, session: Session) -> list[dict]:
+    """Stored periods plus the months that have ingested hours but were never rated (status open)."""
+    rows = {r.month: r for r in session.execute(select(BillingPeriod)).scalars()}
+    out = {m: _summary(r) for m, r in rows.items()}
+    first, last = session.execute(select(func.min(IngestHour.hour), func.max(IngestHour.hour))).one()
+    if first is not None:
+        tz = get_settings().tz
+        cur = first.astimezone(tz).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        stop = last.astimezone(tz)
+        while cur <= stop:
+            month = f"{cur.year:04d}-{cur.month:02d}"
+            if month not in out:
+                p = parse_period(month)
+                out[month] = {"period": month, "status": PeriodStatus.OPEN, "starts_at": p.start, "ends_at": p.end,
+                              "revision": 0, "rated_at": None, "finalized_at": None}
+            cur = cur.replace(year=cur.year + (cur.month == 12), month=cur.month % 12 + 1)
+    return [out[m] for m in sorted(out, reverse=True)]
+
+
+def _summary(row: BillingPeriod) -> dict:
+    return {
+        "period": row.month, "status": row.status, "starts_at": row.starts_at, "ends_at": row.ends_at,
+        "revision": row.revision, "rated_at": row.rated_at, "rated_by": row.rated_by,
+        "finalized_at": row.finalized_at, "finalized_by": row.finalized_by,
+        "accept_gaps_reason": row.accept_gaps_reason, "hours_expected": row.hours_expected,
+        "hours_ok": row.hours_ok, "gap_hours": len(json.loads(row.gap_hours)),
+        "missing_hours": len(json.loads(row.missing_hours)),
+        "hashes": {"csv": row.csv_sha256, "focus": row.focus_sha256, "pdf": row.pdf_sha256},
+    }

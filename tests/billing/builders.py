@@ -1,0 +1,152 @@
+"""Fixture builders for billing tests: a policy version and hourly rollup rows, inserted by name.
+
+These write the same tables ingestion writes (a real fixture, not a mock of rating).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from sqlalchemy import insert
+from sqlmodel import Session
+
+from app.core.timeutil import hours_between
+from app.metrics.models import BreachMinuteRollup, BreachShare, IngestHour, PoolHourModel, PoolHourRollup, UsageRollup
+from app.policy.document import PolicyDocument
+from app.policy.service import import_version
+
+A100 = "NVIDIA A100-SXM4-80GB"
+POOL = "mixed-a100"
+
+
+def policy_doc(**changes) -> PolicyDocument:
+    """SPEC section 3/5's example: one pool of 2 A100 nodes, search/vision/etl, one SLA (each GPU 1.30/h)."""
+    data = {
+        "tenants": [
+            {"name": "search", "department": "consumer", "namespaces": ["search-prod"], "class": "inference"},
+            {"name": "vision", "department": "research", "namespaces": ["vision-train"], "class": "training"},
+            {"name": "etl", "department": "data", "namespaces": ["data-prep"], "class": "preprocessing"},
+        ],
+        "pools": [
+            {"name": POOL, "nodes": ["gpu-a100-01", "gpu-a100-02"], "reserved_fraction": "0.30",
+             "reservations": {"search": 1}},
+        ],
+        "pricing": {
+            "currency": "USD",
+            "gpu_models": {A100: {"purchase_price": 26280, "depreciation_years": 3, "hosting_per_hour": "0.20",
+                                  "default_power_watts": 400}},
+            "energy_price_per_kwh": "0.20",
+            "pue": "1.25",
+            "dark_time_multiplier": "0.6",
+        },
+        "sla": [
+            {"service": "search-chat", "tenant": "search", "pool": POOL,
+             "requests": 'vllm:request_success_total{namespace="search-prod"}',
+             "latency_histogram": 'vllm:e2e_request_latency_seconds_bucket{namespace="search-prod"}',
+             "p99_ms": 300, "penalty_per_breach_minute": "0.50"},
+        ],
+        "priorities": [
+            {"name": "inference-core", "value": 1000000, "class": "inference", "preemptible": False},
+            {"name": "training", "value": 10000, "class": "training", "preemptible": True},
+            {"name": "preprocessing", "value": 1000, "class": "preprocessing", "preemptible": True},
+        ],
+    }
+    data.update(changes)
+    return PolicyDocument.model_validate(data)
+
+
+def store_policy(session: Session, doc: PolicyDocument | None = None, *, effective_from: datetime | None = None):
+    """Import a policy version through the real policy service."""
+    return import_version(
+        session=session, document=doc or policy_doc(), actor="test",
+        effective_from=effective_from or datetime(2026, 1, 1, tzinfo=UTC),
+    )
+
+
+# the worked example's hour: (tenant, class, dark, GPU-seconds)
+EXAMPLE_USAGE = [
+    ("search", "inference", False, 1800),
+    ("vision", "training", False, 2520),
+    ("vision", "training", True, 1800),
+    ("etl", "preprocessing", False, 360),
+]
+
+
+def add_hour(
+    session: Session,
+    *,
+    hour: datetime,
+    version: int,
+    usage=EXAMPLE_USAGE,
+    breaches=(("search-chat", "search", 2, (("vision", 60),)),),
+    gpus: int = 2,
+    model: str = A100,
+    pool: str = POOL,
+    status: str = "ok",
+) -> None:
+    """One ingested hour: IngestHour, pool_hour, pool_hour_model, usage rows and breach minutes.
+
+    `breaches`: (service, service tenant, minutes, ((co-located tenant, GPU-seconds), ...)).
+    """
+    session.merge(IngestHour(hour=hour, status=status, policy_version_id=version, attempts=1, ingested_at=hour))
+    if status != "ok":
+        session.flush()
+        return
+    session.add(PoolHourRollup(hour=hour, pool=pool, gpus=gpus, capacity_gpu_seconds=Decimal(gpus * 3600),
+                               dark_minutes=25, policy_version_id=version))
+    session.add(PoolHourModel(hour=hour, pool=pool, model=model, gpus=gpus, measured_gpus=0, measured_kwh=Decimal(0)))
+    for tenant, klass, dark, seconds in usage:
+        session.add(UsageRollup(hour=hour, pool=pool, tenant=tenant, klass=klass, dark=dark,
+                                gpu_seconds=Decimal(seconds), activity_sum=0.5 * seconds / 30,
+                                activity_samples=int(seconds // 30), policy_version_id=version))
+    session.flush()
+    for service, service_tenant, minutes, colocated in breaches:
+        for m in range(minutes):
+            b = BreachMinuteRollup(hour=hour, service=service, service_tenant=service_tenant, pool=pool,
+                                   minute_end=hour + timedelta(minutes=m + 1), p99_ms=Decimal("412.5"))
+            session.add(b)
+            session.flush()
+            for tenant, gs in colocated:
+                session.add(BreachShare(breach_id=b.id, tenant=tenant, gpu_seconds=Decimal(gs)))
+    session.flush()
+
+
+def month_hours(month: str) -> list[datetime]:
+    year, mon = map(int, month.split("-"))
+    start = datetime(year, mon, 1, tzinfo=UTC)
+    end = datetime(year + (mon == 12), mon % 12 + 1, 1, tzinfo=UTC)
+    return hours_between(start, end)
+
+
+def fill_month(session: Session, month: str, version: int, *, skip=(), gap=(), usage=EXAMPLE_USAGE,
+               gpus: int = 2, pool: str = POOL, model: str = A100, breach_hours: int = 1) -> int:
+    """Every hour of `month` ingested like the worked example, in bulk (breaches only in the first hour).
+
+    `skip`: hour indexes never ingested; `gap`: hour indexes marked as gaps. Returns the hour count.
+    """
+    hours = month_hours(month)
+    ingest, pools, models, rows = [], [], [], []
+    for i, hour in enumerate(hours):
+        if i in skip:
+            continue
+        ingest.append({"hour": hour, "status": "gap" if i in gap else "ok", "policy_version_id": version,
+                       "attempts": 1, "last_error": "", "ingested_at": hour, "duration_s": 0.0})
+        if i in gap or i < breach_hours:
+            continue
+        pools.append({"hour": hour, "pool": pool, "gpus": gpus, "capacity_gpu_seconds": Decimal(gpus * 3600),
+                      "dark_minutes": 25, "policy_version_id": version})
+        models.append({"hour": hour, "pool": pool, "model": model, "gpus": gpus, "measured_gpus": 0,
+                       "measured_kwh": Decimal(0)})
+        for tenant, klass, dark, seconds in usage:
+            rows.append({"hour": hour, "pool": pool, "tenant": tenant, "klass": klass, "dark": dark,
+                         "gpu_seconds": Decimal(seconds), "activity_sum": 0.5 * seconds / 30,
+                         "activity_samples": int(seconds // 30), "policy_version_id": version})
+    for table, values in ((IngestHour, ingest), (PoolHourRollup, pools), (PoolHourModel, models), (UsageRollup, rows)):
+        if values:
+            session.execute(insert(table), values)
+    for i in range(min(breach_hours, len(hours))):
+        if i not in skip and i not in gap:
+            add_hour(session, hour=hours[i], version=version, usage=usage, gpus=gpus, pool=pool, model=model)
+    session.flush()
+    return len(hours)
