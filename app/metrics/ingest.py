@@ -61,20 +61,26 @@ def policy_at(*, session: Session, hour: datetime) -> tuple[int, PolicyDocument]
 
 
 def ingest_hours(*, session: Session, source: MetricsSource, start: datetime, end: datetime, scrape_interval_s: int,
-                 progress: Callable[[datetime, str], None] | None = None, now: datetime | None = None) -> IngestReport:
+                 progress: Callable[[datetime, str], None] | None = None, now: datetime | None = None,
+                 hours_per_fetch: int | None = None) -> IngestReport:
     """Ingest every whole hour in [start, end); returns which hours are ok and which became gaps."""
     return ingest_hour_list(session=session, source=source, hours=hours_between(start, end),
-                            scrape_interval_s=scrape_interval_s, progress=progress, now=now)
+                            scrape_interval_s=scrape_interval_s, progress=progress, now=now,
+                            hours_per_fetch=hours_per_fetch)
 
 
 def ingest_hour_list(*, session: Session, source: MetricsSource, hours: list[datetime], scrape_interval_s: int,
-                     progress: Callable[[datetime, str], None] | None = None,
-                     now: datetime | None = None) -> IngestReport:
-    """Ingest the given hour starts (sorted); consecutive hours under one policy version share a fetch."""
+                     progress: Callable[[datetime, str], None] | None = None, now: datetime | None = None,
+                     hours_per_fetch: int | None = None) -> IngestReport:
+    """Ingest the given hour starts; consecutive hours under one policy version share a fetch.
+
+    `hours_per_fetch` None adapts the batch to the fleet: about SAMPLE_BUDGET minute-samples per fetch.
+    """
     report = IngestReport()
     began = time.perf_counter()
     hours = sorted({aware(h) for h in hours})
-    per_fetch = MAX_HOURS_PER_FETCH
+    # Adaptive batches start with one hour: the first answer tells how large an hour of this fleet is.
+    per_fetch = hours_per_fetch or 1
     i = 0
     while i < len(hours):
         found = policy_at(session=session, hour=hours[i])
@@ -103,8 +109,9 @@ def ingest_hour_list(*, session: Session, source: MetricsSource, hours: list[dat
                     progress(hour, "gap")
             break
         fetched_s = (time.perf_counter() - fetch_began) / len(group)
-        samples = sum(len(s.samples) for s in batch.occupancy)
-        per_fetch = max(1, min(MAX_HOURS_PER_FETCH, SAMPLE_BUDGET * len(group) // max(samples, 1)))
+        if hours_per_fetch is None:
+            samples = sum(len(s.samples) for s in batch.occupancy)
+            per_fetch = max(1, min(MAX_HOURS_PER_FETCH, SAMPLE_BUDGET * len(group) // max(samples, 1)))
         for hour, part in sorted(split_hours(batch).items()):
             write_began = time.perf_counter()
             rollup = attribute_hour(part, hour=hour, policy=policy, scrape_interval_s=scrape_interval_s)
