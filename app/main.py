@@ -3,22 +3,45 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
-
-from app.core import problems
+from fastapi.staticfiles import StaticFiles
 
 from app.api import billing as api_billing
 from app.api import system as api_system
 from app.api import usage as api_usage
+from app.api.common import problem_openapi
+from app.auth import routes as auth_routes
+from app.auth.sessions import CsrfCookieMiddleware
+from app.core import problems
 from app.web import billing as web_billing
 from app.web import overview as web_overview
+from app.web.templating import ROOT
+
+DESCRIPTION = """Chargeback for a shared GPU cluster: usage, invoices and exports for finance integrations.
+
+Authenticate with `Authorization: Bearer <token>` (create one under Admin → API tokens, or with
+`chargeback token create`). Every error is RFC 9457 `application/problem+json`.
+"""
 
 
 def create_app() -> FastAPI:
-    app = FastAPI(title="GPU chargeback portal", openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs")
+    app = FastAPI(
+        title="GPU chargeback portal",
+        version="1",
+        description=DESCRIPTION,
+        openapi_url="/api/v1/openapi.json",
+        docs_url="/api/v1/docs",
+        redoc_url=None,
+    )
     problems.install(app)
+    problem_openapi(app)
+    app.add_middleware(CsrfCookieMiddleware)
+    app.add_middleware(api_system.RequestMetricsMiddleware)
+    app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
     app.include_router(api_system.router)
     app.include_router(api_billing.router, prefix="/api/v1")
     app.include_router(api_usage.router, prefix="/api/v1")
+    app.include_router(auth_routes.api, prefix="/api/v1")
+    app.include_router(auth_routes.web)
     app.include_router(web_overview.router)
     app.include_router(web_billing.router)
     return app

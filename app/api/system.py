@@ -1,5 +1,148 @@
-"""Routes (filled in by the domain that owns them)."""
+"""Probes and the portal's own Prometheus metrics: /healthz, /metrics, and the request-metrics middleware."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime
 
 from fastapi import APIRouter
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from pydantic import BaseModel
+from sqlalchemy import func
+from sqlmodel import Session, select
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-router = APIRouter()
+from app.core.deps import SessionDep
+from app.core.errors import Unavailable
+from app.core.timeutil import HOUR, aware, utcnow
+from app.metrics.models import IngestHour
+
+log = logging.getLogger("app.system")
+router = APIRouter(tags=["system"])
+
+# A registry of our own: no process/platform collectors from other libraries, no duplicates when tests
+# build several apps in one process.
+REGISTRY = CollectorRegistry()
+REQUESTS = Counter(
+    "chargeback_http_requests", "HTTP requests served", ["method", "route", "status"], registry=REGISTRY
+)
+LATENCY = Histogram(
+    "chargeback_http_request_duration_seconds", "HTTP request latency", ["method", "route"], registry=REGISTRY,
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+INGEST_LAG = Gauge(
+    "chargeback_ingestion_lag_seconds", "Seconds between now and the end of the newest ingested hour", registry=REGISTRY
+)
+GAP_HOURS = Gauge("chargeback_ingestion_gap_hours", "Hours Prometheus could not answer, awaiting retry", registry=REGISTRY)
+INGESTED_HOURS = Gauge("chargeback_ingested_hours", "Hours ingested successfully", registry=REGISTRY)
+LAST_DURATION = Gauge(
+    "chargeback_ingest_last_duration_seconds", "Duration of the most recent hour's ingestion", registry=REGISTRY
+)
+
+
+class Health(BaseModel):
+    status: str
+
+
+@router.get("/healthz", response_model=Health)
+def healthz(session: SessionDep) -> Health:
+    """Liveness and readiness: the database answers."""
+    try:
+        session.exec(select(1)).one()
+    except Exception as exc:  # any driver error means "not ready"; the reason goes to the log only
+        log.warning("health check: database unavailable: %s", type(exc).__name__)
+        raise Unavailable("The database does not answer") from None
+    return Health(status="ok")
+
+
+def _ingestion_from_table(session: Session, now: datetime) -> dict:
+    newest_ok = session.exec(select(func.max(IngestHour.hour)).where(IngestHour.status == "ok")).one()
+    gaps = session.exec(select(func.count()).select_from(IngestHour).where(IngestHour.status == "gap")).one()
+    ok = session.exec(select(func.count()).select_from(IngestHour).where(IngestHour.status == "ok")).one()
+    last = session.exec(
+        select(IngestHour.duration_s).where(IngestHour.ingested_at.is_not(None))  # type: ignore[union-attr]
+        .order_by(IngestHour.ingested_at.desc()).limit(1)  # type: ignore[union-attr]
+    ).first()
+    return {
+        "lag_seconds": None if newest_ok is None else (now - (aware(newest_ok) + HOUR)).total_seconds(),
+        "gap_hours": int(gaps or 0),
+        "ok_hours": int(ok or 0),
+        "last_duration_seconds": last,
+    }
+
+
+def ingestion_figures(session: Session, now: datetime | None = None) -> dict:
+    """Lag, gaps, ingested hours and last duration: from the ingestion helper when present, else the table."""
+    now = now or utcnow()
+    figures = _ingestion_from_table(session, now)
+    try:
+        from app.metrics.worker import ingestion_health
+    except ImportError:
+        return figures
+    health = ingestion_health(session)
+    for ours, *theirs in (
+        ("lag_seconds", "lag_seconds", "ingestion_lag_seconds", "lag_s"),
+        ("gap_hours", "gap_hours", "gaps"),
+        ("ok_hours", "ok_hours", "ingested_hours"),
+        ("last_duration_seconds", "last_duration_seconds", "last_ingest_duration_seconds", "last_duration_s"),
+    ):
+        for key in theirs:
+            if isinstance(health, dict) and health.get(key) is not None:
+                figures[ours] = health[key]
+                break
+    return figures
+
+
+@router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+def metrics(session: SessionDep) -> Response:
+    """The portal's own metrics in Prometheus text format (ingestion state is read when scraped)."""
+    figures = ingestion_figures(session)
+    # No ingested hour yet: report NaN rather than a misleading zero lag.
+    INGEST_LAG.set(float("nan") if figures["lag_seconds"] is None else float(figures["lag_seconds"]))
+    GAP_HOURS.set(figures["gap_hours"])
+    INGESTED_HOURS.set(figures["ok_hours"])
+    LAST_DURATION.set(float("nan") if figures["last_duration_seconds"] is None else figures["last_duration_seconds"])
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+
+def _route_template(scope: Scope) -> str:
+    """The matched route's path template with its router prefix (e.g. /api/v1/tokens/{token_id})."""
+    # FastAPI >= 0.16x keeps the prefixed path on an "effective route context"; scope["route"] lacks the prefix.
+    from fastapi import routing
+
+    finder = getattr(routing, "_get_scope_effective_route_context", None)
+    context = finder(scope) if finder else None
+    path = getattr(context, "path", None) or getattr(scope.get("route"), "path", None)
+    if path:
+        return path
+    return "/static" if scope["path"].startswith("/static/") else "unmatched"
+
+
+class RequestMetricsMiddleware:
+    """Count and time every HTTP request by route template (not raw path: bounded label values)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            template = _route_template(scope)
+            method = scope["method"]
+            REQUESTS.labels(method, template, str(status)).inc()
+            LATENCY.labels(method, template).observe(time.perf_counter() - start)

@@ -104,13 +104,18 @@ async def submitted_csrf_token(request: Request) -> str:
     return ""
 
 
-async def csrf_ok(request: Request) -> bool:
-    """True when the request carries the CSRF token of this browser (nonce cookie) and session."""
-    nonce = request.cookies.get(CSRF_COOKIE)
-    if not nonce:
+def csrf_valid(conn: HTTPConnection, submitted: str | None) -> bool:
+    """True when `submitted` is the CSRF token of this browser (nonce cookie) and its session."""
+    nonce = conn.cookies.get(CSRF_COOKIE)
+    if not nonce or not submitted:
         return False
-    session_id = unsign_session_id(request.cookies.get(SESSION_COOKIE)) or ""
-    return hmac.compare_digest(await submitted_csrf_token(request), _csrf_for(nonce, session_id))
+    session_id = unsign_session_id(conn.cookies.get(SESSION_COOKIE)) or ""
+    return hmac.compare_digest(submitted, _csrf_for(nonce, session_id))
+
+
+async def csrf_ok(request: Request) -> bool:
+    """True when the request carries its CSRF token (header or form field)."""
+    return csrf_valid(request, await submitted_csrf_token(request))
 
 
 class CsrfCookieMiddleware:

@@ -1,5 +1,63 @@
-"""Routes (filled in by the domain that owns them)."""
+"""The first page: GPU-hours per tenant and workload class over a date range, from the rollups."""
 
-from fastapi import APIRouter
+from __future__ import annotations
 
-router = APIRouter()
+import json
+from datetime import date
+from decimal import Decimal
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.auth.deps import CurrentUser
+from app.core.deps import SessionDep
+from app.core.settings import get_settings
+from app.core.timeutil import utcnow
+from app.web import queries
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+
+
+def _pivot(rows: list[queries.TenantClassHours]) -> tuple[list[str], list[str], dict, dict]:
+    """Tenants (largest first), classes, hours[tenant][class], and totals per tenant."""
+    tenants: list[str] = []
+    classes = sorted({r.klass for r in rows})
+    hours: dict[str, dict[str, Decimal]] = {}
+    for r in rows:
+        if r.tenant not in hours:
+            tenants.append(r.tenant)
+            hours[r.tenant] = {}
+        hours[r.tenant][r.klass] = r.gpu_hours
+    totals = {t: sum(hours[t].values(), Decimal(0)) for t in tenants}
+    return tenants, classes, hours, totals
+
+
+@router.get("/")
+def overview(
+    request: Request, session: SessionDep, user: CurrentUser, start: date | None = None, end: date | None = None
+) -> Response:
+    settings = get_settings()
+    now = utcnow()
+    period = queries.date_range(start, end, today=now.astimezone(settings.tz).date(), tz=settings.tz)
+    rows = queries.gpu_hours_by_tenant_class(session=session, period=period, tenants=user.visible_tenants())
+    tenants, classes, hours, totals = _pivot(rows)
+    chart = {
+        "labels": tenants,
+        # Floats only for drawing; the table shows the exact Decimal figures.
+        "datasets": [{"label": k, "data": [float(hours[t].get(k, 0)) for t in tenants]} for k in classes],
+    }
+    context = {
+        "title": "Overview",
+        "period": period,
+        "tenants": tenants,
+        "classes": classes,
+        "hours": hours,
+        "totals": totals,
+        "grand_total": sum(totals.values(), Decimal(0)),
+        "class_totals": {k: sum((hours[t].get(k, Decimal(0)) for t in tenants), Decimal(0)) for k in classes},
+        "chart_json": json.dumps(chart),
+        "coverage": queries.coverage(session=session, period=period, now=now),
+        "timezone": settings.billing_timezone,
+    }
+    return render(request, "overview.html", context)

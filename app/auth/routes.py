@@ -1,0 +1,276 @@
+"""Sign in/out, user and token administration (HTML), and the caller's own tokens (JSON, /api/v1)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from pydantic import BaseModel, Field
+from starlette.responses import RedirectResponse, Response
+
+from app.api.common import IdempotencyDep, json_response
+from app.auth import service, tokens
+from app.auth.deps import CurrentUser, Principal, require_roles
+from app.auth.models import ROLES, SCOPES, ApiToken
+from app.auth.sessions import SESSION_COOKIE, clear_session_cookie, csrf_valid, set_session_cookie, unsign_session_id
+from app.core.deps import SessionDep
+from app.core.errors import AppError
+from app.core.problems import is_htmx
+from app.core.timeutil import utcnow
+from app.web.templating import render
+
+web = APIRouter(include_in_schema=False)
+api = APIRouter(tags=["tokens"])
+AdminOnly = Annotated[Principal, require_roles("admin")]
+
+
+def _safe_next(value: str | None) -> str:
+    """Only local paths: an open redirect after login would be a phishing aid."""
+    if value and value.startswith("/") and not value.startswith("//") and "\\" not in value:
+        return value
+    return "/"
+
+
+def _client_ip(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def _after_post(request: Request, location: str) -> Response:
+    """Post/redirect/get; htmx navigates with HX-Redirect (a 303 would be followed inside the XHR)."""
+    if is_htmx(request):
+        return Response(status_code=204, headers={"HX-Redirect": location})
+    return RedirectResponse(location, status_code=303)
+
+
+# ---- sign in / out ----------------------------------------------------------------------------
+
+
+@web.get("/login")
+def login_page(request: Request, session: SessionDep, next: str = "/") -> Response:
+    session_id = unsign_session_id(request.cookies.get(SESSION_COOKIE))
+    if session_id and service.principal_for_session(session=session, session_id=session_id):
+        return RedirectResponse(_safe_next(next), status_code=303)
+    return render(request, "auth/login.html", {"next_url": _safe_next(next), "username": "", "message": ""}, block=None)
+
+
+@web.post("/login")
+def login(
+    request: Request,
+    session: SessionDep,
+    username: Annotated[str, Form(max_length=200)],
+    password: Annotated[str, Form(max_length=2000)],
+    next: Annotated[str, Form()] = "/",
+    csrf_token: Annotated[str, Form()] = "",
+) -> Response:
+    context = {"next_url": _safe_next(next), "username": username}
+    if not csrf_valid(request, csrf_token):
+        raise AppError(detail="The sign-in form expired; reload the page and try again", status=403, title="Forbidden")
+    result = service.authenticate(session=session, name=username.strip(), password=password, ip=_client_ip(request))
+    if result.user is None:
+        if result.locked_until is not None:
+            wait = max(1, int((result.locked_until - utcnow()).total_seconds()))
+            message = f"Too many failed sign-ins. Try again in {(wait + 59) // 60} minutes."
+            return render(request, "auth/login.html", {**context, "message": message}, status_code=429,
+                          block=None, headers={"Retry-After": str(wait)})
+        return render(request, "auth/login.html", {**context, "message": "Wrong user name or password."},
+                      status_code=401, block=None)
+    session_id = service.start_session(session=session, user=result.user)
+    response = RedirectResponse(_safe_next(next), status_code=303)
+    set_session_cookie(response, request, session_id)
+    return response
+
+
+@web.post("/logout")
+def logout(request: Request, session: SessionDep, csrf_token: Annotated[str, Form()] = "") -> Response:
+    if not csrf_valid(request, csrf_token or request.headers.get("x-csrf-token")):
+        raise AppError(detail="The CSRF token is missing or does not match; reload the page", status=403,
+                       title="Forbidden")
+    session_id = unsign_session_id(request.cookies.get(SESSION_COOKIE))
+    if session_id:
+        service.end_session(session=session, session_id=session_id)
+    response = RedirectResponse("/login", status_code=303)
+    clear_session_cookie(response, request)
+    return response
+
+
+# ---- user administration ----------------------------------------------------------------------
+
+
+def _users_page(request: Request, session, *, message: str = "", status_code: int = 200) -> Response:
+    users = service.list_users(session=session)
+    return render(request, "admin/users.html",
+                  {"title": "Users", "users": users, "roles": ROLES, "message": message}, status_code=status_code)
+
+
+@web.get("/admin/users")
+def users_page(request: Request, session: SessionDep, admin: AdminOnly) -> Response:
+    return _users_page(request, session)
+
+
+def _tenant_list(value: str) -> list[str]:
+    return [t.strip() for t in value.replace(",", " ").split() if t.strip()]
+
+
+@web.post("/admin/users")
+def create_user(
+    request: Request,
+    session: SessionDep,
+    admin: AdminOnly,
+    name: Annotated[str, Form(max_length=64)],
+    role: Annotated[str, Form()],
+    password: Annotated[str, Form(max_length=2000)],
+    tenants: Annotated[str, Form()] = "",
+) -> Response:
+    user = service.create_user(session=session, name=name.strip(), role=role, password=password,
+                               tenants=_tenant_list(tenants), actor=admin.name)
+    if is_htmx(request):
+        return _users_page(request, session, message=f"User {user.name} created.", status_code=201)
+    return _after_post(request, "/admin/users")
+
+
+@web.post("/admin/users/{user_id}")
+def update_user(
+    request: Request,
+    session: SessionDep,
+    admin: AdminOnly,
+    user_id: int,
+    role: Annotated[str, Form()],
+    tenants: Annotated[str, Form()] = "",
+    active: Annotated[bool, Form()] = False,
+    password: Annotated[str, Form(max_length=2000)] = "",
+) -> Response:
+    if user_id == admin.user_id and (role != "admin" or not active):
+        raise AppError(detail="You cannot demote or deactivate your own account", status=409, title="Conflict")
+    user = service.update_user(session=session, user_id=user_id, role=role, tenants=_tenant_list(tenants),
+                               active=active, password=password or None, actor=admin.name)
+    if is_htmx(request):
+        return _users_page(request, session, message=f"User {user.name} updated.")
+    return _after_post(request, "/admin/users")
+
+
+# ---- token administration ---------------------------------------------------------------------
+
+
+def _tokens_page(request: Request, session, *, new_token: str = "", message: str = "", status_code: int = 200):
+    context = {
+        "title": "API tokens",
+        "tokens": service.list_tokens(session=session),
+        "users": [u for u, _ in service.list_users(session=session) if u.active],
+        "scopes": SCOPES,
+        "new_token": new_token,
+        "message": message,
+        "now": utcnow(),
+    }
+    return render(request, "admin/tokens.html", context, status_code=status_code)
+
+
+@web.get("/admin/tokens")
+def tokens_page(request: Request, session: SessionDep, admin: AdminOnly) -> Response:
+    return _tokens_page(request, session)
+
+
+@web.post("/admin/tokens")
+def create_token_form(
+    request: Request,
+    session: SessionDep,
+    admin: AdminOnly,
+    user: Annotated[str, Form()],
+    scopes: Annotated[list[str], Form()],
+    expires: Annotated[str, Form()] = "90d",
+    label: Annotated[str, Form(max_length=100)] = "",
+) -> Response:
+    owner = service.get_user_by_name(session=session, name=user)
+    lifetime = tokens.parse_lifetime(expires)
+    row, raw = service.create_token(session=session, user=owner, scopes=scopes, lifetime=lifetime, label=label,
+                                    actor=admin.name)
+    # Rendered, never redirected: the raw token exists only in this response.
+    return _tokens_page(request, session, new_token=raw, message=f"Token {row.prefix}… created for {owner.name}.",
+                        status_code=201)
+
+
+@web.post("/admin/tokens/{token_id}/revoke")
+def revoke_token_form(request: Request, session: SessionDep, admin: AdminOnly, token_id: int) -> Response:
+    row = service.revoke_token(session=session, token_id=token_id, actor=admin.name)
+    if is_htmx(request):
+        return _tokens_page(request, session, message=f"Token {row.prefix}… revoked.")
+    return _after_post(request, "/admin/tokens")
+
+
+# ---- JSON: the caller and their tokens --------------------------------------------------------
+
+
+class Me(BaseModel):
+    name: str
+    roles: list[str]
+    tenants: list[str] | None = Field(description="The tenants the caller may read; null means every tenant")
+    via: str
+    scopes: list[str]
+
+
+class TokenCreate(BaseModel):
+    label: str = Field(default="", max_length=100)
+    scopes: list[str] = Field(default_factory=lambda: ["read"], description="read and/or write")
+    expires: str = Field(default="90d", description="Lifetime such as 90d, 12h or 2w (at most 366d)")
+
+
+class TokenPublic(BaseModel):
+    id: int
+    label: str
+    prefix: str
+    scopes: list[str]
+    created_at: datetime
+    expires_at: datetime
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+
+
+class TokenCreated(TokenPublic):
+    token: str | None = Field(
+        description="The token itself, shown only in this response; null when replayed for a repeated Idempotency-Key"
+    )
+
+
+def _public(row: ApiToken) -> TokenPublic:
+    return TokenPublic(id=row.id, label=row.label, prefix=row.prefix, scopes=row.scopes.split(),
+                       created_at=row.created_at, expires_at=row.expires_at, revoked_at=row.revoked_at,
+                       last_used_at=row.last_used_at)
+
+
+@api.get("/me", response_model=Me, tags=["account"])
+def me(user: CurrentUser) -> Me:
+    """Who the caller is: name, roles, visible tenants, how they authenticated."""
+    visible = user.visible_tenants()
+    return Me(name=user.name, roles=sorted(user.roles), tenants=None if visible is None else sorted(visible),
+              via=user.via, scopes=sorted(user.scopes))
+
+
+@api.get("/tokens", response_model=list[TokenPublic])
+def list_my_tokens(user: CurrentUser, session: SessionDep) -> list[TokenPublic]:
+    """The caller's own API tokens, newest first (never the token values)."""
+    return [_public(row) for row, _ in service.list_tokens(session=session, user_id=user.user_id)]
+
+
+@api.post("/tokens", status_code=201, response_model=TokenCreated)
+def create_my_token(body: TokenCreate, user: CurrentUser, session: SessionDep, idem: IdempotencyDep) -> Response:
+    """Create an API token for the caller. Send an Idempotency-Key to make retries safe."""
+    replayed = idem.replay()
+    if replayed is not None:
+        return replayed
+    owner = service.get_user(session=session, user_id=user.user_id)
+    if "write" in body.scopes and "write" not in user.scopes:
+        raise AppError(detail="A read-only token cannot create a write token", status=403, title="Forbidden")
+    row, raw = service.create_token(session=session, user=owner, scopes=body.scopes,
+                                    lifetime=tokens.parse_lifetime(body.expires, path="body.expires"),
+                                    label=body.label, actor=user.name)
+    created = TokenCreated(**_public(row).model_dump(), token=raw)
+    # The stored replay omits the token: it is kept nowhere but in the caller's hands.
+    return idem.remember(json_response(created, status_code=201), stored_payload=created.model_copy(update={"token": None}))
+
+
+@api.delete("/tokens/{token_id}", status_code=204)
+def revoke_my_token(token_id: int, user: CurrentUser, session: SessionDep) -> Response:
+    """Revoke one of the caller's tokens (admins: any token). Revoking twice is harmless."""
+    owner = None if "admin" in user.roles else user.user_id
+    service.revoke_token(session=session, token_id=token_id, actor=user.name, owner_id=owner)
+    return Response(status_code=204)
