@@ -247,6 +247,12 @@ def _combined_document(session: Session, changes: list[ChangeRequest], current: 
 def apply_release(*, session: Session, release_id: int, actor: str, effective_from: datetime) -> PolicyVersion:
     """The release gate: the attached approved requests become the active version from `effective_from`."""
     _lock_policy_writes(session)
+    # A savepoint: a refused gate leaves nothing behind, even inside a caller's larger transaction.
+    with session.begin_nested():
+        return _apply(session, release_id, actor, effective_from)
+
+
+def _apply(session: Session, release_id: int, actor: str, effective_from: datetime) -> PolicyVersion:
     release = get_release(session=session, release_id=release_id)
     before = snapshot(release)
     effective = aware(effective_from)
@@ -303,6 +309,11 @@ def rollback_release(
 ) -> PolicyVersion:
     """A new version equal to the one before the release (source "rollback"), if nothing came after it."""
     _lock_policy_writes(session)
+    with session.begin_nested():
+        return _rollback(session, release_id, actor, effective_from)
+
+
+def _rollback(session: Session, release_id: int, actor: str, effective_from: datetime | None) -> PolicyVersion:
     release = get_release(session=session, release_id=release_id)
     before = snapshot(release)
     _transition(session, release, allowed=(ReleaseState.APPLIED, ReleaseState.DEPLOYED), verb="rolled back",

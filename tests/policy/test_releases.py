@@ -1,0 +1,153 @@
+"""Releases: the apply gate, deploy after apply only, rollback, artifacts, audit and effective times."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlmodel import select
+
+from app.core.audit import AuditEntry
+from app.core.errors import Conflict
+from app.policy import changes, releases
+from app.policy.models import PolicyVersion
+from app.policy.review_models import ChangeState, PolicyArtifact, ReleaseState
+from app.policy.service import latest_version, load_document, version_at
+from tests.policy.review_builders import approved, draft, seed, set_p99, set_price, set_quota
+
+PLANNED = datetime(2026, 11, 20, 9, tzinfo=UTC)
+
+
+def new_release(session, name="search v2"):
+    return releases.create_release(session=session, actor="oscar", name=name, service="search-chat", planned_at=PLANNED)
+
+
+def test_apply_makes_one_active_version_with_artifacts(session):
+    v1 = seed(session)
+    change = approved(session, v1)
+    release = new_release(session)
+    releases.attach(session=session, release_id=release.id, change_id=change.id, actor="oscar")
+    effective = datetime(2026, 11, 15, 10, tzinfo=UTC)
+    v2 = releases.apply_release(session=session, release_id=release.id, actor="oscar", effective_from=effective)
+    assert v2.source == "change" and v2.effective_from == effective and v2.id == latest_version(session=session).id
+    assert load_document(v2).quotas[0].guaranteed_gpus == 6
+    assert release.state == ReleaseState.APPLIED and release.previous_version_id == v1.id and release.applied_version_id == v2.id
+    assert change.state == ChangeState.APPLIED and change.applied_version_id == v2.id
+    artifact = session.get(PolicyArtifact, v2.id)
+    files = json.loads(artifact.files)
+    assert "prometheus/rules.yaml" in files and "mig/mig-parted-config.yaml" in files
+    names = zipfile.ZipFile(io.BytesIO(artifact.bundle)).namelist()
+    assert f"policy-v{v2.id}/prometheus/rules.yaml" in names
+    actions = {e.action for e in session.exec(select(AuditEntry).where(AuditEntry.entity_id.in_([str(release.id), str(change.id), str(v2.id)])))}
+    assert {"release.create", "release.attach", "release.apply", "change.apply", "policy.change"} <= actions
+
+
+def test_price_change_mid_month_bills_later_hours_with_new_version(session):
+    v1 = seed(session)
+    change = approved(session, v1, edit=set_price("0.35"))
+    release = new_release(session)
+    releases.attach(session=session, release_id=release.id, change_id=change.id, actor="oscar")
+    effective = datetime(2026, 11, 15, 10, tzinfo=UTC)
+    v2 = releases.apply_release(session=session, release_id=release.id, actor="oscar", effective_from=effective)
+    assert version_at(session=session, when=effective - timedelta(hours=1)).id == v1.id
+    assert version_at(session=session, when=effective).id == v2.id
+    assert version_at(session=session, when=effective + timedelta(hours=5)).id == v2.id
+    assert str(load_document(version_at(session=session, when=effective)).pricing.energy_price_per_kwh) == "0.35"
+
+
+def test_deploy_only_after_apply(session):
+    v1 = seed(session)
+    release = new_release(session)
+    with pytest.raises(Conflict, match="apply policy first"):
+        releases.deploy_release(session=session, release_id=release.id, actor="oscar")
+    releases.attach(session=session, release_id=release.id, change_id=approved(session, v1).id, actor="oscar")
+    releases.apply_release(session=session, release_id=release.id, actor="oscar", effective_from=PLANNED)
+    releases.deploy_release(session=session, release_id=release.id, actor="oscar")
+    assert release.state == ReleaseState.DEPLOYED and release.deployed_by == "oscar"
+    with pytest.raises(Conflict):
+        releases.deploy_release(session=session, release_id=release.id, actor="oscar")
+
+
+def test_apply_refuses_empty_unapproved_or_stale(session):
+    v1 = seed(session)
+    empty = new_release(session, "empty")
+    with pytest.raises(Conflict, match="no approved"):
+        releases.apply_release(session=session, release_id=empty.id, actor="oscar", effective_from=PLANNED)
+    session.refresh(empty)
+    assert empty.state == ReleaseState.PLANNED  # a refused gate leaves nothing behind
+    submitted = draft(session, v1)
+    changes.submit(session=session, change_id=submitted.id, actor="olga")
+    with pytest.raises(Conflict, match="only an approved"):
+        releases.attach(session=session, release_id=empty.id, change_id=submitted.id, actor="oscar")
+    # Two releases built on v1: the second must be rebased once the first is applied.
+    first, second = new_release(session, "first"), new_release(session, "second")
+    releases.attach(session=session, release_id=first.id, change_id=approved(session, v1).id, actor="oscar")
+    stale = approved(session, v1, edit=set_p99(250))
+    releases.attach(session=session, release_id=second.id, change_id=stale.id, actor="oscar")
+    releases.apply_release(session=session, release_id=first.id, actor="oscar", effective_from=PLANNED)
+    with pytest.raises(Conflict, match="rebase"):
+        releases.apply_release(session=session, release_id=second.id, actor="oscar", effective_from=PLANNED)
+
+
+def test_request_joins_one_release_only(session):
+    v1 = seed(session)
+    change = approved(session, v1)
+    a, b = new_release(session, "a"), new_release(session, "b")
+    releases.attach(session=session, release_id=a.id, change_id=change.id, actor="oscar")
+    with pytest.raises(Conflict):
+        releases.attach(session=session, release_id=b.id, change_id=change.id, actor="oscar")
+    with pytest.raises(Conflict):
+        changes.withdraw(session=session, change_id=change.id, actor="olga")
+    releases.detach(session=session, release_id=a.id, change_id=change.id, actor="oscar")
+    releases.attach(session=session, release_id=b.id, change_id=change.id, actor="oscar")
+
+
+def test_release_with_two_requests_merges_them_into_one_version(session):
+    v1 = seed(session)
+    quota, latency = approved(session, v1), approved(session, v1, edit=set_p99(250))
+    release = new_release(session)
+    for c in (quota, latency):
+        releases.attach(session=session, release_id=release.id, change_id=c.id, actor="oscar")
+    v2 = releases.apply_release(session=session, release_id=release.id, actor="oscar", effective_from=PLANNED)
+    doc = load_document(v2)
+    assert doc.quotas[0].guaranteed_gpus == 6 and doc.sla[0].p99_ms == 250
+    assert len(list(session.exec(select(PolicyVersion)))) == 2
+
+
+def test_rollback_makes_a_new_version_equal_to_the_previous(session):
+    v1 = seed(session)
+    release = new_release(session)
+    releases.attach(session=session, release_id=release.id, change_id=approved(session, v1).id, actor="oscar")
+    v2 = releases.apply_release(session=session, release_id=release.id, actor="oscar", effective_from=PLANNED)
+    releases.deploy_release(session=session, release_id=release.id, actor="oscar")
+    v3 = releases.rollback_release(session=session, release_id=release.id, actor="oscar", effective_from=PLANNED + timedelta(hours=3))
+    assert v3.id > v2.id and v3.source == "rollback" and v3.sha256 == v1.sha256
+    assert release.state == ReleaseState.ROLLED_BACK and release.rollback_version_id == v3.id
+    assert version_at(session=session, when=PLANNED + timedelta(hours=3)).id == v3.id
+    assert session.get(PolicyArtifact, v3.id) is not None
+    with pytest.raises(Conflict):
+        releases.rollback_release(session=session, release_id=release.id, actor="oscar")
+
+
+def test_rollback_refused_when_a_later_version_exists(session):
+    v1 = seed(session)
+    first = new_release(session, "first")
+    releases.attach(session=session, release_id=first.id, change_id=approved(session, v1).id, actor="oscar")
+    v2 = releases.apply_release(session=session, release_id=first.id, actor="oscar", effective_from=PLANNED)
+    second = new_release(session, "second")
+    releases.attach(session=session, release_id=second.id, change_id=approved(session, v2, edit=set_p99(250)).id, actor="oscar")
+    releases.apply_release(session=session, release_id=second.id, actor="oscar", effective_from=PLANNED + timedelta(hours=1))
+    with pytest.raises(Conflict, match="roll that back first"):
+        releases.rollback_release(session=session, release_id=first.id, actor="oscar")
+
+
+def test_planned_release_edit_and_delete(session):
+    seed(session)
+    release = new_release(session)
+    releases.update_release(session=session, release_id=release.id, actor="oscar", name="search v3")
+    assert release.name == "search v3"
+    releases.delete_release(session=session, release_id=release.id, actor="oscar")
+    assert releases.list_releases(session=session) == []
