@@ -1,0 +1,19 @@
+"""Which metrics source the portal reads: Prometheus when CHARGEBACK_PROMETHEUS_URL is set, else the simulator."""
+
+from __future__ import annotations
+
+from app.core.settings import Settings
+from app.metrics.types import MetricsSource
+
+
+def get_source(settings: Settings) -> MetricsSource:
+    """The configured source (the same HTTP API serves Prometheus, Thanos, Mimir and VictoriaMetrics)."""
+    if settings.prometheus_url:
+        from app.metrics.prometheus import PrometheusSource
+
+        return PrometheusSource(settings.prometheus_url, scrape_interval_s=settings.scrape_interval_s,
+                                timeout_s=settings.prometheus_timeout_s)
+    from app.metrics.simulator import Simulator
+
+    return Simulator(seed=settings.simulator_seed, gpus=settings.simulator_gpus,
+                     scrape_interval_s=settings.scrape_interval_s).source()
