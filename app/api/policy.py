@@ -1,0 +1,423 @@
+"""Policy JSON API (/api/v1/policy): versions and artifacts, change requests, releases, the audit log.
+
+Operators propose and run releases, reviewers approve, admins do everything, viewers and finance read.
+The services decide everything else (four eyes, states, conflicts); handlers only parse and render.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict, Field
+from sqlmodel import select
+from starlette.responses import Response
+
+from app.auth.deps import Principal, require_roles
+from app.core.audit import AuditEntry
+from app.core.deps import SessionDep
+from app.core.errors import FieldError, Invalid
+from app.core.timeutil import aware
+from app.policy import changes, releases
+from app.policy.models import PolicyVersion
+from app.policy.review_models import ChangeRequest, Release
+from app.policy.service import active_version, get_version, latest_version, list_versions, load_document
+from app.policy.validation import check_document
+
+router = APIRouter(prefix="/policy", tags=["policy"])
+
+READERS = ("operator", "reviewer", "finance", "viewer")
+Reader = Annotated[Principal, require_roles(*READERS)]
+Operator = Annotated[Principal, require_roles("operator")]
+Reviewer = Annotated[Principal, require_roles("reviewer")]
+
+
+def measured_peaks() -> dict[str, float] | None:
+    """Peak GPU memory (MiB) per inference tenant over the last 7 days; None when not measured.
+
+    A seam: the metrics side (or a test) overrides this dependency with real measurements.
+    """
+    return None
+
+
+PeaksDep = Annotated[dict[str, float] | None, Depends(measured_peaks)]
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DocumentIn(Body):
+    document: str = Field(max_length=changes.MAX_DOCUMENT_CHARS)
+
+
+class ChangeIn(Body):
+    title: str
+    justification: str
+    document: str | None = None
+
+
+class ChangeUpdate(Body):
+    title: str | None = None
+    justification: str | None = None
+    document: str | None = None
+
+
+class DecisionIn(Body):
+    comment: str = ""
+
+
+class CommentIn(Body):
+    body: str
+
+
+class ReleaseIn(Body):
+    name: str
+    service: str
+    planned_at: datetime
+
+
+class ReleaseUpdate(Body):
+    name: str | None = None
+    service: str | None = None
+    planned_at: datetime | None = None
+
+
+class AttachIn(Body):
+    change_id: int
+
+
+class ApplyIn(Body):
+    effective_from: datetime
+
+
+class RollbackIn(Body):
+    effective_from: datetime | None = None
+
+
+# ---- rendering ----------------------------------------------------------------------------------
+
+
+def version_out(version: PolicyVersion, *, active_id: int | None = None, document: bool = False) -> dict[str, Any]:
+    out = {
+        "version": version.id,
+        "created_at": version.created_at,
+        "created_by": version.created_by,
+        "source": version.source,
+        "effective_from": version.effective_from,
+        "sha256": version.sha256,
+        "comment": version.comment,
+        "active": version.id == active_id,
+    }
+    if document:
+        out["document"] = load_document(version).to_data()
+    return out
+
+
+def change_out(session, change: ChangeRequest, *, detail: bool = False, peaks=None) -> dict[str, Any]:
+    out = {
+        "id": change.id,
+        "title": change.title,
+        "justification": change.justification,
+        "author": change.author,
+        "state": change.state,
+        "base_version": change.base_version_id,
+        "approvals": change.approval_count,
+        "created_at": change.created_at,
+        "updated_at": change.updated_at,
+        "submitted_at": change.submitted_at,
+        "decided_at": change.decided_at,
+        "applied_version": change.applied_version_id,
+    }
+    if detail:
+        _, findings = changes.validation(change, measured_peaks=peaks)
+        out["document"] = change.document
+        out["stale"] = changes.is_stale(session=session, change=change)
+        out["errors"] = [e.as_dict() for e in findings if e.severity == "error"]
+        out["warnings"] = [e.as_dict() for e in findings if e.severity != "error"]
+        out["diff"] = [c.as_dict() for c in changes.semantic_diff(session=session, change=change)]
+        out["comments"] = [
+            {"id": c.id, "author": c.author, "body": c.body, "created_at": c.created_at}
+            for c in changes.comments(session=session, change_id=change.id)
+        ]
+        out["decisions"] = [
+            {"reviewer": d.reviewer, "decision": d.decision, "comment": d.comment, "created_at": d.created_at}
+            for d in changes.decisions(session=session, change_id=change.id)
+        ]
+    return out
+
+
+def release_out(session, release: Release) -> dict[str, Any]:
+    return {
+        "id": release.id,
+        "name": release.name,
+        "service": release.service,
+        "planned_at": release.planned_at,
+        "state": release.state,
+        "created_by": release.created_by,
+        "created_at": release.created_at,
+        "effective_from": release.effective_from,
+        "applied_by": release.applied_by,
+        "applied_at": release.applied_at,
+        "previous_version": release.previous_version_id,
+        "applied_version": release.applied_version_id,
+        "deployed_by": release.deployed_by,
+        "deployed_at": release.deployed_at,
+        "rollback_version": release.rollback_version_id,
+        "changes": [change_out(session, c) for c in releases.attached(session=session, release_id=release.id)],
+    }
+
+
+# ---- versions -------------------------------------------------------------------------------------
+
+
+@router.get("/versions", summary="Every policy version, newest first")
+def versions(session: SessionDep, _: Reader) -> list[dict]:
+    active = active_version(session=session)
+    return [version_out(v, active_id=active.id if active else None) for v in reversed(list_versions(session=session))]
+
+
+@router.get("/versions/active", summary="The version in effect now, with its document")
+def active(session: SessionDep, _: Reader) -> dict:
+    version = active_version(session=session) or latest_version(session=session)
+    if version is None:
+        from app.core.errors import NotFound
+
+        raise NotFound("no policy version exists yet")
+    return version_out(version, active_id=version.id, document=True)
+
+
+@router.get("/versions/{number}", summary="One version, its document and its diff against the previous version")
+def version(number: int, session: SessionDep, _: Reader) -> dict:
+    from app.policy.diff import diff
+
+    found = get_version(session=session, number=number)
+    current = active_version(session=session)
+    out = version_out(found, active_id=current.id if current else None, document=True)
+    previous = session.exec(select(PolicyVersion).where(PolicyVersion.id < found.id).order_by(PolicyVersion.id.desc())).first()
+    out["previous_version"] = previous.id if previous else None
+    out["diff"] = [] if previous is None else [c.as_dict() for c in diff(load_document(previous).to_data(), out["document"])]
+    return out
+
+
+@router.get("/versions/{number}/artifacts", summary="The rendered artifacts of a version, file by file")
+def artifacts(number: int, session: SessionDep, _: Reader) -> dict:
+    files, bundle = releases.artifacts_for(session=session, version_id=number)
+    return {"version": number, "files": files, "bundle": f"/api/v1/policy/versions/{number}/artifacts.zip"}
+
+
+@router.get("/versions/{number}/artifacts.zip", summary="The artifact bundle of a version (zip)",
+            response_class=Response, responses={200: {"content": {"application/zip": {}}}})
+def artifacts_zip(number: int, session: SessionDep, _: Reader) -> Response:
+    _, bundle = releases.artifacts_for(session=session, version_id=number)
+    return Response(bundle, media_type="application/zip",
+                    headers={"Content-Disposition": f'attachment; filename="policy-v{number}.zip"'})
+
+
+@router.post("/validate", summary="Validate a policy document (YAML or JSON text); 422 lists every error by path")
+def validate(body: DocumentIn, _: Reader, peaks: PeaksDep) -> dict:
+    doc, findings = check_document(body.document, measured_peak_mib=peaks)
+    errors = [e for e in findings if e.severity == "error"]
+    if doc is None or errors:
+        raise Invalid("the policy document is invalid", errors or [FieldError("document", "does not parse")])
+    return {"valid": True, "warnings": [e.as_dict() for e in findings if e.severity != "error"]}
+
+
+# ---- change requests ------------------------------------------------------------------------------
+
+
+@router.get("/changes", summary="Change requests, newest first")
+def list_changes(session: SessionDep, _: Reader, state: str | None = None) -> list[dict]:
+    return [change_out(session, c) for c in changes.list_changes(session=session, state=state)]
+
+
+@router.post("/changes", status_code=201, summary="Start a draft change request against the current version")
+def create_change(body: ChangeIn, session: SessionDep, user: Operator, peaks: PeaksDep) -> dict:
+    change = changes.create_change(session=session, actor=user.name, title=body.title,
+                                   justification=body.justification, document=body.document)
+    return change_out(session, change, detail=True, peaks=peaks)
+
+
+@router.get("/changes/{change_id}", summary="A change request with its validation, diff, comments and decisions")
+def show_change(change_id: int, session: SessionDep, _: Reader, peaks: PeaksDep) -> dict:
+    return change_out(session, changes.get_change(session=session, change_id=change_id), detail=True, peaks=peaks)
+
+
+@router.get("/changes/{change_id}/preview", summary="Validation, diff, capacity impact and invoice impact")
+def preview_change(change_id: int, session: SessionDep, _: Reader, peaks: PeaksDep,
+                   month: Annotated[str | None, Query(description="Billing month to re-rate, YYYY-MM (default: last month)")] = None) -> dict:
+    change = changes.get_change(session=session, change_id=change_id)
+    return changes.preview(session=session, change=change, measured_peaks=peaks, month=month)
+
+
+@router.patch("/changes/{change_id}", summary="Edit a draft (author only; 409 once submitted)")
+def update_change(change_id: int, body: ChangeUpdate, session: SessionDep, user: Operator, peaks: PeaksDep) -> dict:
+    change = changes.update_change(session=session, change_id=change_id, actor=user.name, title=body.title,
+                                   justification=body.justification, document=body.document)
+    return change_out(session, change, detail=True, peaks=peaks)
+
+
+@router.post("/changes/{change_id}/submit", summary="Submit for review; 422 with field paths while the document has errors")
+def submit_change(change_id: int, session: SessionDep, user: Operator, peaks: PeaksDep) -> dict:
+    return change_out(session, changes.submit(session=session, change_id=change_id, actor=user.name, measured_peaks=peaks))
+
+
+@router.post("/changes/{change_id}/approve", summary="Approve (a reviewer who is not the author)")
+def approve_change(change_id: int, session: SessionDep, user: Reviewer, body: DecisionIn | None = None) -> dict:
+    comment = body.comment if body else ""
+    return change_out(session, changes.approve(session=session, change_id=change_id, actor=user.name, comment=comment))
+
+
+@router.post("/changes/{change_id}/reject", summary="Reject (a reviewer who is not the author)")
+def reject_change(change_id: int, session: SessionDep, user: Reviewer, body: DecisionIn | None = None) -> dict:
+    comment = body.comment if body else ""
+    return change_out(session, changes.reject(session=session, change_id=change_id, actor=user.name, comment=comment))
+
+
+@router.post("/changes/{change_id}/withdraw", summary="Withdraw (author only)")
+def withdraw_change(change_id: int, session: SessionDep, user: Operator) -> dict:
+    return change_out(session, changes.withdraw(session=session, change_id=change_id, actor=user.name))
+
+
+@router.post("/changes/{change_id}/comments", status_code=201, summary="Comment on a change request")
+def comment_change(change_id: int, body: CommentIn, session: SessionDep, user: Reader) -> dict:
+    comment = changes.add_comment(session=session, change_id=change_id, actor=user.name, body=body.body)
+    return {"id": comment.id, "author": comment.author, "body": comment.body, "created_at": comment.created_at}
+
+
+@router.post("/changes/{change_id}/rebase", summary="Three-way merge onto the current version; conflicts listed field by field")
+def rebase_change(change_id: int, session: SessionDep, user: Operator) -> dict:
+    return changes.rebase(session=session, change_id=change_id, actor=user.name)
+
+
+# ---- releases -------------------------------------------------------------------------------------
+
+
+@router.get("/releases", summary="Releases, newest planned first")
+def list_releases(session: SessionDep, _: Reader, state: str | None = None) -> list[dict]:
+    return [release_out(session, r) for r in releases.list_releases(session=session, state=state)]
+
+
+@router.post("/releases", status_code=201, summary="Plan a release")
+def create_release(body: ReleaseIn, session: SessionDep, user: Operator) -> dict:
+    release = releases.create_release(session=session, actor=user.name, name=body.name, service=body.service,
+                                      planned_at=body.planned_at)
+    return release_out(session, release)
+
+
+@router.get("/releases/{release_id}", summary="One release and its change requests")
+def show_release(release_id: int, session: SessionDep, _: Reader) -> dict:
+    return release_out(session, releases.get_release(session=session, release_id=release_id))
+
+
+@router.patch("/releases/{release_id}", summary="Edit a planned release")
+def update_release(release_id: int, body: ReleaseUpdate, session: SessionDep, user: Operator) -> dict:
+    release = releases.update_release(session=session, release_id=release_id, actor=user.name, name=body.name,
+                                      service=body.service, planned_at=body.planned_at)
+    return release_out(session, release)
+
+
+@router.delete("/releases/{release_id}", status_code=204, summary="Delete a planned release")
+def delete_release(release_id: int, session: SessionDep, user: Operator) -> Response:
+    releases.delete_release(session=session, release_id=release_id, actor=user.name)
+    return Response(status_code=204)
+
+
+@router.post("/releases/{release_id}/changes", status_code=201, summary="Attach an approved change request")
+def attach_change(release_id: int, body: AttachIn, session: SessionDep, user: Operator) -> dict:
+    releases.attach(session=session, release_id=release_id, change_id=body.change_id, actor=user.name)
+    return release_out(session, releases.get_release(session=session, release_id=release_id))
+
+
+@router.delete("/releases/{release_id}/changes/{change_id}", summary="Detach a change request from a planned release")
+def detach_change(release_id: int, change_id: int, session: SessionDep, user: Operator) -> dict:
+    releases.detach(session=session, release_id=release_id, change_id=change_id, actor=user.name)
+    return release_out(session, releases.get_release(session=session, release_id=release_id))
+
+
+@router.post("/releases/{release_id}/apply", summary="Apply policy: the release's requests become the active version")
+def apply_release(release_id: int, body: ApplyIn, session: SessionDep, user: Operator) -> dict:
+    version = releases.apply_release(session=session, release_id=release_id, actor=user.name,
+                                     effective_from=body.effective_from)
+    release = releases.get_release(session=session, release_id=release_id)
+    return {**release_out(session, release), "version": version_out(version)}
+
+
+@router.post("/releases/{release_id}/deploy", summary="Mark deployed (only after apply)")
+def deploy_release(release_id: int, session: SessionDep, user: Operator) -> dict:
+    return release_out(session, releases.deploy_release(session=session, release_id=release_id, actor=user.name))
+
+
+@router.post("/releases/{release_id}/rollback", summary="A new version equal to the one before the release")
+def rollback_release(release_id: int, session: SessionDep, user: Operator, body: RollbackIn | None = None) -> dict:
+    version = releases.rollback_release(session=session, release_id=release_id, actor=user.name,
+                                        effective_from=body.effective_from if body else None)
+    release = releases.get_release(session=session, release_id=release_id)
+    return {**release_out(session, release), "version": version_out(version)}
+
+
+# ---- audit log ------------------------------------------------------------------------------------
+
+
+def _cursor(value: str | None) -> int | None:
+    if not value:
+        return None
+    try:
+        return int(base64.urlsafe_b64decode(value.encode() + b"==").decode())
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise Invalid("the cursor is not one this API issued", [FieldError("query.cursor", "invalid cursor")]) from None
+
+
+@router.get("/audit", summary="The append-only audit log, newest first, with filters and cursor pagination")
+def audit(
+    session: SessionDep,
+    _: Reader,
+    actor: str | None = None,
+    action: Annotated[str | None, Query(description="Exact action, or a prefix ending in '.' (e.g. 'change.')")] = None,
+    entity: str | None = None,
+    entity_id: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: str | None = None,
+) -> dict:
+    stmt = select(AuditEntry).order_by(AuditEntry.id.desc())
+    if actor:
+        stmt = stmt.where(AuditEntry.actor == actor)
+    if action:
+        stmt = stmt.where(AuditEntry.action.startswith(action) if action.endswith(".") else AuditEntry.action == action)
+    if entity:
+        stmt = stmt.where(AuditEntry.entity == entity)
+    if entity_id:
+        stmt = stmt.where(AuditEntry.entity_id == entity_id)
+    if since:
+        stmt = stmt.where(AuditEntry.at >= aware(since))
+    if until:
+        stmt = stmt.where(AuditEntry.at < aware(until))
+    after = _cursor(cursor)
+    if after is not None:
+        stmt = stmt.where(AuditEntry.id < after)
+    rows = list(session.exec(stmt.limit(limit + 1)))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    next_cursor = base64.urlsafe_b64encode(str(rows[-1].id).encode()).decode().rstrip("=") if more else None
+    return {"items": [audit_out(e) for e in rows], "next_cursor": next_cursor}
+
+
+def audit_out(entry: AuditEntry) -> dict[str, Any]:
+    import json
+
+    return {
+        "id": entry.id,
+        "at": entry.at,
+        "actor": entry.actor,
+        "action": entry.action,
+        "entity": entry.entity,
+        "entity_id": entry.entity_id,
+        "tenant": entry.tenant,
+        "before": None if entry.before is None else json.loads(entry.before),
+        "after": None if entry.after is None else json.loads(entry.after),
+    }
