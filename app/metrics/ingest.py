@@ -29,6 +29,7 @@ RETRY_MAX_S = 6 * 3600
 # Keep one fetch under ~2 million minute-samples: hours per fetch shrink as the fleet grows.
 SAMPLE_BUDGET = 2_000_000
 MAX_HOURS_PER_FETCH = 24
+NO_POLICY = "no policy version was in effect"
 
 
 @dataclass
@@ -85,7 +86,7 @@ def ingest_hour_list(*, session: Session, source: MetricsSource, hours: list[dat
     while i < len(hours):
         found = policy_at(session=session, hour=hours[i])
         if found is None:
-            _mark_gap(session, hours[i], "no policy version was in effect", report, now, count_attempt=False)
+            _mark_gap(session, hours[i], NO_POLICY, report, now, count_attempt=False)
             if progress:
                 progress(hours[i], "gap")
             i += 1
