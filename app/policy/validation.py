@@ -397,7 +397,7 @@ def _memory_reserve(doc: PolicyDocument, report: _Report, measured: dict[str, fl
 # --- parsing ---------------------------------------------------------------------------------
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser is ~10x faster
     """YAML 1.2-style scalars: "09:00" stays a string, decimals stay exact, yes/no are strings."""
 
 
