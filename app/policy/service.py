@@ -13,6 +13,7 @@ from datetime import datetime
 from decimal import Decimal
 
 import yaml
+from pydantic import ValidationError
 from sqlmodel import Session, select
 
 from app.core.audit import record
@@ -20,7 +21,7 @@ from app.core.errors import Conflict, Invalid, NotFound
 from app.core.timeutil import aware, floor_hour, utcnow
 from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
-from app.policy.validation import validate
+from app.policy.validation import pydantic_errors, validate
 
 
 def canonical_json(doc: PolicyDocument) -> str:
@@ -49,6 +50,11 @@ def import_version(
     comment: str = "",
 ) -> PolicyVersion:
     """Store a valid document as a new immutable version (flushed, audited); refuse errors and backdating."""
+    try:
+        # Round-trip through the schema: a document assembled with model_copy skipped pydantic's checks.
+        document = PolicyDocument.model_validate(json.loads(canonical_json(document)))
+    except ValidationError as exc:
+        raise Invalid("the policy document is invalid", pydantic_errors(exc)) from None
     errors = [e for e in validate(document) if e.severity == "error"]
     if errors:
         raise Invalid("the policy document is invalid", errors)
