@@ -1,5 +1,126 @@
-"""Routes (filled in by the domain that owns them)."""
+"""Billing API: periods, invoices, platform statement, exports, rate, close, corrections (JSON, /api/v1).
 
-from fastapi import APIRouter
+Money is sent as decimal strings, never floats. A tenant member sees only its own tenants: any
+other tenant is answered with the same 404 as an unknown one.
+"""
 
-router = APIRouter()
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Query
+from pydantic import BaseModel, Field
+from starlette.responses import Response
+
+from app.auth.deps import CurrentUser, Principal, require_roles
+from app.billing import exports, periods
+from app.billing.invoices import invoice_summaries, load_view, platform_statement, rated_period, tenant_invoice
+from app.core.deps import SessionDep
+from app.core.errors import NotFound
+
+router = APIRouter(tags=["billing"])
+FINANCE = require_roles("finance")
+STAFF = require_roles("finance", "viewer", "operator", "reviewer")
+
+
+def to_json(value: Any) -> Any:
+    """Decimals as strings (exact), datetimes as ISO 8601 UTC with Z."""
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    return value
+
+
+class CloseRequest(BaseModel):
+    accept_gaps: bool = False
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+class CorrectionRequest(BaseModel):
+    line_id: str = Field(min_length=1)
+    amount: Decimal
+    reason: str = Field(min_length=1, max_length=2000)
+
+
+@router.get("/periods")
+def list_periods(session: SessionDep, user: CurrentUser) -> list[dict]:
+    """Billing periods, newest first (months with ingested hours but no rating show as open)."""
+    return to_json(periods.list_periods(session=session))
+
+
+@router.get("/periods/{period}/invoices")
+def list_invoices(period: str, session: SessionDep, user: CurrentUser) -> dict:
+    """Invoice totals per tenant the caller may see, with department roll-ups."""
+    row = rated_period(session=session, month=period)
+    return to_json(invoice_summaries(load_view(session=session, period=row), user.visible_tenants()))
+
+
+@router.get("/periods/{period}/invoices/{tenant}")
+def get_invoice(period: str, tenant: str, session: SessionDep, user: CurrentUser) -> dict:
+    """One tenant's invoice: lines, GPU-hours per pool and class, efficiency, penalties, credits, total."""
+    row = rated_period(session=session, month=period)
+    if not user.can_see_tenant(tenant):
+        raise NotFound(f"No invoice for tenant {tenant!r} in {row.month}")
+    return to_json(tenant_invoice(load_view(session=session, period=row), tenant))
+
+
+@router.get("/periods/{period}/statement", dependencies=[STAFF])
+def get_statement(period: str, session: SessionDep) -> dict:
+    """The platform statement: balance lines, unallocated use, gaps, unattributed breaches, conservation."""
+    row = rated_period(session=session, month=period)
+    return to_json(platform_statement(load_view(session=session, period=row)))
+
+
+@router.get("/periods/{period}/export", dependencies=[FINANCE])
+def export(
+    period: str,
+    session: SessionDep,
+    format: Annotated[Literal["csv", "focus", "pdf"], Query(description="csv | focus (FOCUS 1.2) | pdf")] = "csv",
+) -> Response:
+    """The period as CSV, FOCUS 1.2 CSV or PDF; finalized periods match their stored hash."""
+    row = rated_period(session=session, month=period)
+    data = exports.render(session=session, period=row, fmt=format)
+    digest = hashlib.sha256(data).hexdigest()
+    return Response(
+        content=data,
+        media_type=exports.media_type(format),
+        headers={
+            "Content-Disposition": f'attachment; filename="{exports.filename(row.month, format)}"',
+            "ETag": f'"{digest}"',
+            "X-Content-SHA256": digest,
+        },
+    )
+
+
+@router.post("/periods/{period}/rate")
+def rate(period: str, session: SessionDep, user: Annotated[Principal, FINANCE]) -> dict:
+    """Rate the period as a draft (re-ratable; 409 once finalized; 422 naming unpriced GPU models)."""
+    row = periods.rate(session=session, period=period, actor=user.name)
+    return to_json(periods.period_summary(row))
+
+
+@router.post("/periods/{period}/close")
+def close(
+    period: str, session: SessionDep, user: Annotated[Principal, FINANCE], body: Annotated[CloseRequest | None, Body()] = None
+) -> dict:
+    """Finalize the period (409 when incomplete without accept_gaps, or already finalized)."""
+    body = body or CloseRequest()
+    row = periods.close(session=session, period=period, actor=user.name, accept_gaps=body.accept_gaps, reason=body.reason)
+    return to_json(periods.period_summary(row))
+
+
+@router.post("/periods/{period}/corrections", status_code=201)
+def correct(period: str, body: CorrectionRequest, session: SessionDep, user: Annotated[Principal, FINANCE]) -> dict:
+    """Add to open period `period` a correction of a line of an earlier, finalized period."""
+    line = periods.correct(
+        session=session, period=period, line_id=body.line_id, amount=body.amount, reason=body.reason, actor=user.name
+    )
+    return to_json({"line_id": line.line_id, "corrects": line.corrects, "amount": line.amount, "reason": line.reason})

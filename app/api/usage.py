@@ -1,5 +1,29 @@
-"""Routes (filled in by the domain that owns them)."""
+"""Usage API: GPU-hours over a range grouped by tenant, pool, class or department (JSON, /api/v1)."""
 
-from fastapi import APIRouter
+from __future__ import annotations
 
-router = APIRouter()
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+
+from app.api.billing import to_json
+from app.auth.deps import CurrentUser
+from app.billing.usage import usage_summary
+from app.core.deps import SessionDep
+
+router = APIRouter(tags=["usage"])
+
+
+@router.get("/usage")
+def usage(
+    session: SessionDep,
+    user: CurrentUser,
+    start: Annotated[datetime, Query(description="ISO 8601, inclusive; naive means UTC")],
+    end: Annotated[datetime, Query(description="ISO 8601, exclusive")],
+    group_by: Annotated[Literal["tenant", "pool", "class", "department"], Query()] = "tenant",
+) -> dict:
+    """GPU-hours (busy, dark, total) and efficiency per group; a tenant member sees only its tenants."""
+    return to_json(
+        usage_summary(session=session, start=start, end=end, group_by=group_by, tenants=user.visible_tenants())
+    )

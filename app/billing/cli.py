@@ -1,5 +1,150 @@
-"""`chargeback billing ...` commands."""
+"""`chargeback rate | close | export | correct`: finance's billing commands (mounted at top level).
+
+Business errors print a clear message and exit non-zero (2 invalid input, 3 conflict, 4 not found),
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from contextlib import contextmanager
+from decimal import Decimal
+from pathlib import Path
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from app.core.errors import AppError
 
 app = typer.Typer(help="billing commands", no_args_is_help=True)
+out = Console()
+err = Console(stderr=True)
+
+EXIT_CODES = {404: 4, 409: 3, 422: 2}
+
+
+@contextmanager
+def _business_errors():
+    """Turn an AppError into a readable message and an exit code."""
+    try:
+        yield
+    except AppError as exc:
+        err.print(f"[bold red]{exc.title}:[/] {exc.detail}")
+        for e in exc.errors:
+            err.print(f"  [yellow]{e.path}[/]: {e.message}")
+        raise typer.Exit(EXIT_CODES.get(exc.status, 1)) from None
+
+
+def _actor() -> str:
+    import getpass
+
+    return f"cli:{getpass.getuser()}"
+
+
+def _lines_table(session, row) -> Table:
+    from app.billing.invoices import invoice_summaries, load_view, platform_statement
+
+    view = load_view(session=session, period=row)
+    summary = invoice_summaries(view, None)
+    statement = platform_statement(view)
+    table = Table(title=f"{row.month} ({row.status}, run {row.revision})")
+    table.add_column("Tenant")
+    table.add_column("Department")
+    table.add_column("GPU-hours", justify="right")
+    table.add_column(f"Total {row.currency}", justify="right")
+    for inv in summary["invoices"]:
+        table.add_row(inv["tenant"], inv["department"], f"{inv['gpu_hours']:,.2f}", f"{inv['total']:,.2f}")
+    table.add_section()
+    for kind, amount in statement["balance"].items():
+        table.add_row(f"platform: {kind.removeprefix('platform_')}", "", "", f"{amount:,.2f}")
+    table.add_row("platform: unallocated", "", f"{statement['unallocated']['gpu_hours']:,.2f}",
+                  f"{statement['unallocated']['amount']:,.2f}")
+    table.add_section()
+    table.add_row("cost C (all pools)", "", "", f"{statement['cost_total']:,.2f}")
+    table.caption = (
+        f"conservation: {'ok' if statement['conserved'] else 'VIOLATED'}; hours ok {row.hours_ok}/{row.hours_expected}; "
+        f"gaps {len(statement['gap_hours'])}; unattributed breach minutes {len(statement['unattributed_breaches'])}"
+    )
+    return table
+
+
+@app.command("rate")
+def rate_command(period: str = typer.Option(..., "--period", help="YYYY-MM")) -> None:
+    """Rate PERIOD as a draft (re-ratable until it is closed)."""
+    from app.billing import periods
+    from app.core.db import unit_of_work
+
+    with _business_errors():
+        with unit_of_work() as session:
+            row = periods.rate(session=session, period=period, actor=_actor())
+            out.print(_lines_table(session, row))
+    out.print(f"[green]rated[/] {period} (draft; re-rate any time, `chargeback close --period {period}` to finalize)")
+
+
+@app.command("close")
+def close_command(
+    period: str = typer.Option(..., "--period", help="YYYY-MM"),
+    accept_gaps: bool = typer.Option(False, "--accept-gaps", help="finalize even with gap or missing hours"),
+    reason: str = typer.Option(None, "--reason", help="why gaps are accepted (required with --accept-gaps)"),
+) -> None:
+    """Finalize PERIOD: re-rate, store lines and export hashes in one transaction."""
+    from app.billing import periods
+    from app.core.db import unit_of_work
+
+    with _business_errors():
+        with unit_of_work() as session:
+            row = periods.close(session=session, period=period, actor=_actor(), accept_gaps=accept_gaps, reason=reason)
+            out.print(_lines_table(session, row))
+            hashes = {"csv": row.csv_sha256, "focus": row.focus_sha256, "pdf": row.pdf_sha256}
+    out.print(f"[green]finalized[/] {period}")
+    for fmt, digest in hashes.items():
+        out.print(f"  sha256 {fmt:5} {digest}")
+
+
+@app.command("export")
+def export_command(
+    period: str = typer.Option(..., "--period", help="YYYY-MM"),
+    fmt: str = typer.Option("csv", "--format", help="csv | focus | pdf"),
+    out_path: Path = typer.Option(..., "--out", help="file to write ('-' for stdout)"),
+) -> None:
+    """Write PERIOD's export (CSV, FOCUS 1.2 CSV or PDF) to a file."""
+    from app.billing import exports
+    from app.billing.invoices import rated_period
+    from app.core.db import unit_of_work
+
+    with _business_errors():
+        exports.check_format(fmt)
+        with unit_of_work() as session:
+            row = rated_period(session=session, month=period)
+            data = exports.render(session=session, period=row, fmt=fmt)
+            stored = {"csv": row.csv_sha256, "focus": row.focus_sha256, "pdf": row.pdf_sha256}[fmt]
+    digest = hashlib.sha256(data).hexdigest()
+    if str(out_path) == "-":
+        sys.stdout.buffer.write(data)
+        return
+    try:
+        out_path.write_bytes(data)
+    except OSError as exc:
+        err.print(f"[bold red]Cannot write {out_path}:[/] {exc.strerror}")
+        raise typer.Exit(1) from None
+    note = "" if stored is None else (" (matches the finalized hash)" if stored == digest else " [red](DIFFERS from the finalized hash)[/]")
+    err.print(f"wrote {out_path} ({len(data):,} bytes, sha256 {digest}){note}")
+
+
+@app.command("correct")
+def correct_command(
+    period: str = typer.Option(..., "--period", help="the open period that receives the correction (YYYY-MM)"),
+    line_id: str = typer.Option(..., "--line", help="id of the finalized line being corrected"),
+    amount: str = typer.Option(..., "--amount", help="signed amount, e.g. -12.50"),
+    reason: str = typer.Option(..., "--reason"),
+) -> None:
+    """Add a correction line to an open period that names a finalized line."""
+    from app.billing import periods
+    from app.core.db import unit_of_work
+
+    with _business_errors():
+        with unit_of_work() as session:
+            line = periods.correct(session=session, period=period, line_id=line_id, amount=amount, reason=reason, actor=_actor())
+            out.print(f"[green]added[/] {line.line_id}: {Decimal(line.amount):,.2f} correcting {line.corrects}")

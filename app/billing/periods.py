@@ -104,11 +104,11 @@ def _get_or_create(session: Session, period: Period) -> BillingPeriod:
     if row is not None:
         return row
     row = BillingPeriod(month=period.month, starts_at=period.start, ends_at=period.end, created_at=utcnow())
+    # No savepoint: pysqlite would commit a released outermost SAVEPOINT behind the caller's back.
+    session.add(row)
     try:
-        with session.begin_nested():
-            session.add(row)
-            session.flush()
-    except IntegrityError as exc:  # a concurrent caller created it first
+        session.flush()
+    except IntegrityError as exc:  # a concurrent caller created it first; the caller rolls back
         raise Conflict(f"Billing period {period.month} is being changed by someone else; try again") from exc
     return row
 
@@ -194,7 +194,7 @@ def _incomplete_message(p: Period, hours: HourStatus) -> str:
         parts.append(f"{len(hours.gaps)} gap hour(s) ({sample(hours.gaps)})")
     return (
         f"Billing period {p.month} is incomplete: " + "; ".join(parts)
-        + ". Wait for ingestion, or close with accept_gaps and a reason."
+        + ". Wait for ingestion, or close with accept_gaps and a reason (CLI: --accept-gaps --reason \"...\")."
     )
 
 
@@ -362,7 +362,7 @@ def correct(
 def list_periods(*, session: Session) -> list[dict]:
     """Stored periods plus the months that have ingested hours but were never rated (status open)."""
     rows = {r.month: r for r in session.execute(select(BillingPeriod)).scalars()}
-    out = {m: _summary(r) for m, r in rows.items()}
+    out = {m: period_summary(r) for m, r in rows.items()}
     first, last = session.execute(select(func.min(IngestHour.hour), func.max(IngestHour.hour))).one()
     if first is not None:
         tz = get_settings().tz
@@ -378,7 +378,8 @@ def list_periods(*, session: Session) -> list[dict]:
     return [out[m] for m in sorted(out, reverse=True)]
 
 
-def _summary(row: BillingPeriod) -> dict:
+def period_summary(row: BillingPeriod) -> dict:
+    """A period as plain data (status, who rated and finalized it, hours, export hashes)."""
     return {
         "period": row.month, "status": row.status, "starts_at": row.starts_at, "ends_at": row.ends_at,
         "revision": row.revision, "rated_at": row.rated_at, "rated_by": row.rated_by,

@@ -1,5 +1,92 @@
-"""Routes (filled in by the domain that owns them)."""
+"""Plain billing pages: periods, one period's invoices and downloads, one tenant's invoice.
 
-from fastapi import APIRouter
+They call the same services as the JSON API; finance can rate and close from the period page.
+"""
 
-router = APIRouter()
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from starlette.responses import RedirectResponse, Response
+
+from app.auth.deps import CurrentUser, Principal, require_roles
+from app.billing import periods
+from app.billing.invoices import invoice_summaries, load_view, platform_statement, rated_period, tenant_invoice
+from app.billing.models import PeriodStatus
+from app.core.deps import SessionDep
+from app.core.errors import NotFound
+from app.core.problems import is_htmx
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+FINANCE = require_roles("finance")
+
+
+def _is_finance(user: Principal) -> bool:
+    return bool(user.roles & {"admin", "finance"})
+
+
+@router.get("/billing")
+def billing_periods(request: Request, session: SessionDep, user: CurrentUser) -> Response:
+    return render(
+        request, "billing/periods.html",
+        {"title": "Billing", "periods": periods.list_periods(session=session), "can_rate": _is_finance(user)},
+    )
+
+
+@router.get("/billing/{period}")
+def billing_period(request: Request, period: str, session: SessionDep, user: CurrentUser) -> Response:
+    p = periods.parse_period(period)
+    periods.require_started(p)
+    row = periods.get_period(session=session, month=p.month)
+    context = {
+        "title": f"Billing {p.month}",
+        "month": p.month,
+        "period": periods.period_summary(row) if row else None,
+        "can_rate": _is_finance(user),
+        "summary": None,
+        "statement": None,
+        "staff": user.visible_tenants() is None,
+    }
+    if row is not None and row.status != PeriodStatus.OPEN:
+        view = load_view(session=session, period=rated_period(session=session, month=p.month))
+        context["summary"] = invoice_summaries(view, user.visible_tenants())
+        if context["staff"]:
+            context["statement"] = platform_statement(view)
+    return render(request, "billing/period.html", context)
+
+
+@router.get("/billing/{period}/{tenant}")
+def billing_invoice(request: Request, period: str, tenant: str, session: SessionDep, user: CurrentUser) -> Response:
+    row = rated_period(session=session, month=period)
+    if not user.can_see_tenant(tenant):
+        raise NotFound(f"No invoice for tenant {tenant!r} in {row.month}")
+    invoice = tenant_invoice(load_view(session=session, period=row), tenant)
+    return render(request, "billing/invoice.html", {"title": f"Invoice {row.month} {tenant}", "invoice": invoice})
+
+
+def _back(request: Request, month: str) -> Response:
+    target = f"/billing/{month}"
+    if is_htmx(request):
+        return Response(status_code=200, headers={"HX-Redirect": target})
+    return RedirectResponse(target, status_code=303)
+
+
+@router.post("/billing/{period}/rate")
+def billing_rate(request: Request, period: str, session: SessionDep, user: Annotated[Principal, FINANCE]) -> Response:
+    row = periods.rate(session=session, period=period, actor=user.name)
+    return _back(request, row.month)
+
+
+@router.post("/billing/{period}/close")
+def billing_close(
+    request: Request,
+    period: str,
+    session: SessionDep,
+    user: Annotated[Principal, FINANCE],
+    accept_gaps: Annotated[bool, Form()] = False,
+    reason: Annotated[str, Form()] = "",
+) -> Response:
+    row = periods.close(session=session, period=period, actor=user.name, accept_gaps=accept_gaps, reason=reason)
+    return _back(request, row.month)

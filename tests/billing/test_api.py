@@ -1,0 +1,237 @@
+"""Billing and usage API through httpx ASGITransport: shapes, tenant isolation, problem+json 403/404/409/422."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import hashlib
+import io
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from fastapi import Request
+from sqlmodel import Session
+
+from app.auth.deps import Principal, get_principal
+from app.core.deps import get_session
+from app.core.db import unit_of_work
+from app.main import create_app
+from tests.billing.builders import add_hour, fill_month, store_policy
+
+OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
+FINANCE = Principal(name="fiona", roles=frozenset({"finance"}), user_id=1)
+VIEWER = Principal(name="victor", roles=frozenset({"viewer"}), user_id=2)
+VISION_MEMBER = Principal(name="vera", roles=frozenset({"tenant"}), tenants=frozenset({"vision"}), user_id=3)
+
+
+class Api:
+    """A sync facade over an httpx AsyncClient on the ASGI app, acting as a chosen principal."""
+
+    def __init__(self, app):
+        self.app = app
+        self.principal = FINANCE
+
+    def as_(self, principal: Principal) -> "Api":
+        self.principal = principal
+        return self
+
+    def request(self, method: str, url: str, **kwargs) -> httpx.Response:
+        async def go():
+            transport = httpx.ASGITransport(app=self.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                return await client.request(method, url, **kwargs)
+
+        return asyncio.run(go())
+
+    def get(self, url, **kw):
+        return self.request("GET", url, **kw)
+
+    def post(self, url, **kw):
+        return self.request("POST", url, **kw)
+
+
+@pytest.fixture
+def api(fresh_engine):
+    """The app on a database of its own (requests really commit or roll back), as FINANCE by default."""
+    app = create_app()
+    holder = Api(app)
+
+    def _session():
+        session = Session(fresh_engine, expire_on_commit=False)
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    def _principal(request: Request) -> Principal:
+        request.state.principal = holder.principal
+        return holder.principal
+
+    app.dependency_overrides[get_session] = _session
+    app.dependency_overrides[get_principal] = _principal
+    return holder
+
+
+def problem(response: httpx.Response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body = response.json()
+    assert body["status"] == status and body["title"] and body["detail"]
+    return body
+
+
+@pytest.fixture
+def rated(fresh_engine, api):
+    with unit_of_work(fresh_engine) as s:
+        v = store_policy(s)
+        add_hour(s, hour=OCT1, version=v.id)
+    response = api.post("/api/v1/periods/2026-10/rate")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_rate_then_list_and_read_invoices(api, rated):
+    assert rated["period"] == "2026-10" and rated["status"] == "rated" and rated["revision"] == 1
+    periods = api.get("/api/v1/periods").json()
+    assert periods[0]["period"] == "2026-10" and periods[0]["status"] == "rated"
+
+    body = api.get("/api/v1/periods/2026-10/invoices").json()
+    assert [(i["tenant"], i["department"], i["total"]) for i in body["invoices"]] == [
+        ("etl", "data", "0.13"), ("search", "consumer", "-0.22"), ("vision", "research", "2.30"),
+    ]
+    assert {d["department"]: d["total"] for d in body["departments"]} == {"consumer": "-0.22", "data": "0.13", "research": "2.30"}
+
+    invoice = api.get("/api/v1/periods/2026-10/invoices/vision").json()
+    assert invoice["total"] == "2.30" and invoice["penalties_paid"] == "1.00"
+    assert {(l["kind"], l["amount"]) for l in invoice["lines"]} == {
+        ("usage_busy", "0.91"), ("usage_dark", "0.39"), ("sla_penalty", "1.00"),
+    }
+    assert invoice["gpu_hours"][0]["busy"] == "0.700000"
+    assert invoice["lines"][0]["charge_start"] == "2026-10-01T00:00:00Z"
+
+    statement = api.get("/api/v1/periods/2026-10/statement").json()
+    assert statement["conserved"] is True and statement["cost_total"] == "2.60"
+    assert statement["balance"]["platform_idle"] == "0.26"
+
+
+def test_tenant_member_sees_only_its_tenant(api, rated):
+    api.as_(VISION_MEMBER)
+    body = api.get("/api/v1/periods/2026-10/invoices").json()
+    assert [i["tenant"] for i in body["invoices"]] == ["vision"]
+    assert [d["department"] for d in body["departments"]] == ["research"]
+    assert api.get("/api/v1/periods/2026-10/invoices/vision").status_code == 200
+    other = problem(api.get("/api/v1/periods/2026-10/invoices/search"), 404)
+    unknown = problem(api.get("/api/v1/periods/2026-10/invoices/nobody"), 404)
+    assert other["title"] == unknown["title"]  # no hint that `search` exists
+    problem(api.get("/api/v1/periods/2026-10/statement"), 403)
+    problem(api.get("/api/v1/periods/2026-10/export?format=csv"), 403)
+    problem(api.post("/api/v1/periods/2026-10/rate"), 403)
+    usage = api.get("/api/v1/usage", params={"start": "2026-10-01T00:00:00Z", "end": "2026-11-01T00:00:00Z"}).json()
+    assert [r["key"] for r in usage["rows"]] == ["vision"]
+
+
+def test_bad_periods_are_problems(api, rated):
+    body = problem(api.get("/api/v1/periods/2026-13/invoices"), 422)
+    assert body["errors"][0]["path"] == "period"
+    problem(api.get("/api/v1/periods/october/invoices/vision"), 422)
+    problem(api.get("/api/v1/periods/2099-01/invoices"), 404)
+    assert "not been rated" in problem(api.get("/api/v1/periods/2026-08/invoices"), 404)["detail"]
+    problem(api.post("/api/v1/periods/2099-01/rate"), 404)
+    body = problem(api.get("/api/v1/periods/2026-10/export?format=xlsx"), 422)
+    assert body["errors"][0]["path"] == "query.format"
+
+
+def test_missing_price_is_422_and_writes_nothing(api, fresh_engine):
+    with unit_of_work(fresh_engine) as s:
+        v = store_policy(s)
+        add_hour(s, hour=OCT1 + timedelta(hours=5), version=v.id, model="NVIDIA H200")
+    body = problem(api.post("/api/v1/periods/2026-10/rate"), 422)
+    assert "NVIDIA H200" in body["detail"]
+    assert "NVIDIA H200" in body["errors"][0]["path"] and "2026-10-01T05:00Z" in body["errors"][0]["message"]
+    assert [p["status"] for p in api.get("/api/v1/periods").json()] == ["open"]  # nothing stored
+    problem(api.get("/api/v1/periods/2026-10/invoices"), 404)
+
+
+def test_close_conflicts_and_accepting_gaps(api, rated):
+    body = problem(api.post("/api/v1/periods/2026-10/close"), 409)
+    assert "not ingested" in body["detail"]
+    body = problem(api.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True}), 422)
+    assert body["errors"][0]["path"] == "reason"
+    closed = api.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True, "reason": "test month"})
+    assert closed.status_code == 200, closed.text
+    assert closed.json()["status"] == "finalized" and closed.json()["accept_gaps_reason"] == "test month"
+    assert closed.json()["finalized_by"] == "fiona"
+    problem(api.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True, "reason": "again"}), 409)
+    problem(api.post("/api/v1/periods/2026-10/rate"), 409)
+    problem(api.post("/api/v1/periods/2026-10/close", json={"accept_gaps": "maybe"}), 422)
+
+
+def test_exports_download_and_match_stored_hashes(api, fresh_engine):
+    with unit_of_work(fresh_engine) as s:
+        v = store_policy(s)
+        fill_month(s, "2026-10", v.id)
+    closed = api.post("/api/v1/periods/2026-10/close").json()
+    for fmt, kind in (("csv", "text/csv"), ("focus", "text/csv"), ("pdf", "application/pdf")):
+        response = api.get("/api/v1/periods/2026-10/export", params={"format": fmt})
+        assert response.status_code == 200 and response.headers["content-type"].startswith(kind)
+        assert "attachment" in response.headers["content-disposition"]
+        assert hashlib.sha256(response.content).hexdigest() == closed["hashes"][fmt] == response.headers["x-content-sha256"]
+    rows = list(csv.DictReader(io.StringIO(api.get("/api/v1/periods/2026-10/export?format=focus").text)))
+    assert rows and all(r["BillingPeriodStart"] == "2026-10-01T00:00:00Z" for r in rows)
+
+
+def test_corrections_endpoint(api, fresh_engine):
+    with unit_of_work(fresh_engine) as s:
+        v = store_policy(s)
+        fill_month(s, "2026-09", v.id)
+    api.post("/api/v1/periods/2026-09/close").raise_for_status()
+    line = api.get("/api/v1/periods/2026-09/invoices/etl").json()["lines"][0]
+    response = api.post("/api/v1/periods/2026-10/corrections",
+                        json={"line_id": line["line_id"], "amount": "-1.005", "reason": "meter fault"})
+    assert response.status_code == 201, response.text
+    assert response.json()["amount"] == "-1.00" and response.json()["corrects"] == line["line_id"]
+    problem(api.post("/api/v1/periods/2026-10/corrections", json={"line_id": "x", "amount": "1"}), 422)
+    problem(api.post("/api/v1/periods/2026-10/corrections", json={"line_id": "nope", "amount": "1", "reason": "r"}), 404)
+
+
+def test_usage_grouping_and_validation(api, fresh_engine):
+    with unit_of_work(fresh_engine) as s:
+        v = store_policy(s)
+        add_hour(s, hour=OCT1, version=v.id)
+        add_hour(s, hour=OCT1 + timedelta(hours=1), version=v.id, breaches=())
+    params = {"start": "2026-10-01T00:00:00Z", "end": "2026-10-02T00:00:00Z"}
+    by_tenant = api.get("/api/v1/usage", params=params).json()
+    assert {r["key"]: r["gpu_hours"] for r in by_tenant["rows"]} == {
+        "etl": "0.200000", "search": "1.000000", "vision": "2.400000"}
+    assert by_tenant["hours_expected"] == 24 and by_tenant["hours_ok"] == 2
+    vision = next(r for r in by_tenant["rows"] if r["key"] == "vision")
+    assert vision["busy_gpu_hours"] == "1.400000" and vision["dark_gpu_hours"] == "1.000000"
+    by_class = api.get("/api/v1/usage", params={**params, "group_by": "class"}).json()
+    assert [r["key"] for r in by_class["rows"]] == ["inference", "preprocessing", "training"]
+    by_dept = api.get("/api/v1/usage", params={**params, "group_by": "department"}).json()
+    assert [r["key"] for r in by_dept["rows"]] == ["consumer", "data", "research"]
+    by_pool = api.get("/api/v1/usage", params={**params, "group_by": "pool"}).json()
+    assert by_pool["rows"] == [{"key": "mixed-a100", "busy_gpu_hours": "2.600000", "dark_gpu_hours": "1.000000",
+                                "gpu_hours": "3.600000", "efficiency": 0.5}]
+
+    body = problem(api.get("/api/v1/usage", params={**params, "group_by": "colour"}), 422)
+    assert body["errors"][0]["path"] == "query.group_by"
+    body = problem(api.get("/api/v1/usage", params={"start": "2026-10-02T00:00:00Z", "end": "2026-10-01T00:00:00Z"}), 422)
+    assert body["errors"][0]["path"] == "query.end"
+    body = problem(api.get("/api/v1/usage", params={"start": "yesterday", "end": "2026-10-01T00:00:00Z"}), 422)
+    assert body["errors"][0]["path"] == "query.start"
+    problem(api.get("/api/v1/usage", params={"start": "2026-10-01T00:00:00Z"}), 422)
+
+
+def test_viewer_reads_but_cannot_rate_or_export(api, rated):
+    api.as_(VIEWER)
+    assert api.get("/api/v1/periods/2026-10/statement").status_code == 200
+    assert len(api.get("/api/v1/periods/2026-10/invoices").json()["invoices"]) == 3
+    problem(api.post("/api/v1/periods/2026-10/rate"), 403)
+    problem(api.post("/api/v1/periods/2026-10/close"), 403)
+    problem(api.get("/api/v1/periods/2026-10/export?format=pdf"), 403)

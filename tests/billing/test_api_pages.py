@@ -1,0 +1,55 @@
+"""Plain billing pages (HTML): periods, a period's invoices and statement, one invoice; rate/close forms."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from app.core.db import unit_of_work
+from tests.billing.builders import add_hour, fill_month, store_policy
+from tests.billing.test_api import FINANCE, VISION_MEMBER, api  # noqa: F401  (fixture)
+
+OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
+HTML = {"accept": "text/html"}
+
+
+def test_pages_show_periods_invoices_and_statement(api, fresh_engine):  # noqa: F811
+    with unit_of_work(fresh_engine) as s:
+        v = store_policy(s)
+        add_hour(s, hour=OCT1, version=v.id)
+    page = api.get("/billing", headers=HTML)
+    assert page.status_code == 200 and "2026-10" in page.text and "open" in page.text
+
+    rated = api.post("/billing/2026-10/rate", headers=HTML, data={})
+    assert rated.status_code == 303 and rated.headers["location"] == "/billing/2026-10"
+    page = api.get("/billing/2026-10", headers=HTML)
+    assert page.status_code == 200
+    for text in ("Billing period 2026-10", "rated", "/billing/2026-10/vision", "Platform statement", "conserved",
+                 "format=focus", "Finalize 2026-10"):
+        assert text in page.text, text
+
+    invoice = api.get("/billing/2026-10/vision", headers=HTML)
+    assert invoice.status_code == 200
+    assert "Invoice 2026-10: vision" in invoice.text and "2.30" in invoice.text and "sla penalty" in invoice.text
+
+
+def test_close_form_and_tenant_isolation(api, fresh_engine):  # noqa: F811
+    with unit_of_work(fresh_engine) as s:
+        v = store_policy(s)
+        fill_month(s, "2026-10", v.id, gap={3})
+    api.post("/billing/2026-10/rate", headers=HTML, data={})
+    refused = api.post("/billing/2026-10/close", headers=HTML, data={})
+    assert refused.status_code == 409 and "1 gap hour" in refused.text
+    closed = api.post("/billing/2026-10/close", headers=HTML, data={"accept_gaps": "true", "reason": "node reboot"})
+    assert closed.status_code == 303
+    page = api.get("/billing/2026-10", headers=HTML).text
+    assert "finalized" in page and "node reboot" in page and "Finalize 2026-10" not in page
+
+    api.as_(VISION_MEMBER)
+    page = api.get("/billing/2026-10", headers=HTML).text
+    assert "/billing/2026-10/vision" in page and "/billing/2026-10/search" not in page
+    assert "Platform statement" not in page and "format=pdf" not in page
+    assert api.get("/billing/2026-10/search", headers=HTML).status_code == 404
+    assert api.get("/billing/2026-10/vision", headers=HTML).status_code == 200
+    assert api.post("/billing/2026-10/rate", headers=HTML, data={}).status_code == 403
+    api.as_(FINANCE)
+    assert api.get("/billing/2026-13", headers=HTML).status_code == 422
