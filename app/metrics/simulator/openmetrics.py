@@ -1,8 +1,10 @@
 """The backfill view: samples over a window as an OpenMetrics file for
 `promtool tsdb create-blocks-from openmetrics`, streamed in constant memory.
 
-The parser wants each family's samples together (families never interleave) and each series'
-samples in time order; so the file is written family by family, stream by stream, time ascending.
+OpenMetrics wants each family's samples together (families never interleave) and each series'
+points together and in time order; so the file is written family by family, device by device
+(one device's series regrouped in memory: memory is bounded by one device's window, whatever
+the size of the cluster), time ascending within each series.
 Samples run from 10 minutes before `start` (the trailing 3- and 5-minute windows of the first
 minutes, and the energy counter at `start`) through `end` inclusive (a sample at t belongs to the
 hour that ends at or after t).
@@ -39,6 +41,28 @@ def _day_groups(day: int, step: int) -> tuple:
                  for s in range(day * SLOTS, (day + 1) * SLOTS))
 
 
+def _flush(out, buf: list[str]) -> int:
+    out.write("".join(buf))
+    n = len(buf)
+    buf.clear()
+    return n
+
+
+def _by_series(slots) -> list[list[str]]:
+    """A device's lines regrouped series by series (time order kept within each): OpenMetrics wants
+    each Metric's points together, and a device's unmapped series recurs between pods."""
+    series: dict[str, list[str]] = {}
+    for lines in slots:
+        for line in lines:
+            key = line[: line.index("} ")]
+            found = series.get(key)
+            if found is None:
+                series[key] = [line]
+            else:
+                found.append(line)
+    return list(series.values())
+
+
 def write_openmetrics(sim, path: str | Path, start: datetime, end: datetime, *,
                       metrics: Iterable[str] | None = None,
                       progress: Callable[[int, int], None] | None = None) -> int:
@@ -62,15 +86,18 @@ def write_openmetrics(sim, path: str | Path, start: datetime, end: datetime, *,
             name = family.openmetrics_name
             out.write(f"# HELP {name} {family.help}\n# TYPE {name} {family.openmetrics_type}\n")
             for stream in streams:
-                buf: list[str] = []
-                for lines in renderer.lines(family, stream, _groups(first, e, step)):
-                    buf += lines
-                    if len(buf) >= BATCH_LINES:
-                        out.write("".join(buf))
-                        written += len(buf)
-                        buf.clear()
-                out.write("".join(buf))
-                written += len(buf)
+                slots = renderer.lines(family, stream, _groups(first, e, step))
+                if family.scope in ("requests", "latency"):
+                    # A replica's pods never come back: its series are contiguous already.
+                    buf: list[str] = []
+                    for lines in slots:
+                        buf += lines
+                        if len(buf) >= BATCH_LINES:
+                            written += _flush(out, buf)
+                    written += _flush(out, buf)
+                else:
+                    for buf in _by_series(slots):
+                        written += _flush(out, buf)
                 done += 1
                 if progress is not None:
                     progress(done, total)
