@@ -6,8 +6,6 @@ The services decide everything else (four eyes, states, conflicts); handlers onl
 
 from __future__ import annotations
 
-import base64
-import binascii
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -21,7 +19,7 @@ from app.core.audit import AuditEntry
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid
 from app.core.timeutil import aware
-from app.policy import changes, releases
+from app.policy import changes, changes_preview, releases
 from app.policy.models import PolicyVersion
 from app.policy.review_models import ChangeRequest, Release
 from app.policy.service import active_version, get_version, latest_version, list_versions, load_document
@@ -250,7 +248,7 @@ def show_change(change_id: int, session: SessionDep, _: Reader, peaks: PeaksDep)
 def preview_change(change_id: int, session: SessionDep, _: Reader, peaks: PeaksDep,
                    month: Annotated[str | None, Query(description="Billing month to re-rate, YYYY-MM (default: last month)")] = None) -> dict:
     change = changes.get_change(session=session, change_id=change_id)
-    return changes.preview(session=session, change=change, measured_peaks=peaks, month=month)
+    return changes_preview.preview(session=session, change=change, measured_peaks=peaks, month=month)
 
 
 @router.patch("/changes/{change_id}", summary="Edit a draft (author only; 409 once submitted)")
@@ -362,15 +360,6 @@ def rollback_release(release_id: int, session: SessionDep, user: Operator, body:
 # ---- audit log ------------------------------------------------------------------------------------
 
 
-def _cursor(value: str | None) -> int | None:
-    if not value:
-        return None
-    try:
-        return int(base64.urlsafe_b64decode(value.encode() + b"==").decode())
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise Invalid("the cursor is not one this API issued", [FieldError("query.cursor", "invalid cursor")]) from None
-
-
 @router.get("/audit", summary="The append-only audit log, newest first, with filters and cursor pagination")
 def audit(
     session: SessionDep,
@@ -384,26 +373,10 @@ def audit(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: str | None = None,
 ) -> dict:
-    stmt = select(AuditEntry).order_by(AuditEntry.id.desc())
-    if actor:
-        stmt = stmt.where(AuditEntry.actor == actor)
-    if action:
-        stmt = stmt.where(AuditEntry.action.startswith(action) if action.endswith(".") else AuditEntry.action == action)
-    if entity:
-        stmt = stmt.where(AuditEntry.entity == entity)
-    if entity_id:
-        stmt = stmt.where(AuditEntry.entity_id == entity_id)
-    if since:
-        stmt = stmt.where(AuditEntry.at >= aware(since))
-    if until:
-        stmt = stmt.where(AuditEntry.at < aware(until))
-    after = _cursor(cursor)
-    if after is not None:
-        stmt = stmt.where(AuditEntry.id < after)
-    rows = list(session.exec(stmt.limit(limit + 1)))
-    more = len(rows) > limit
-    rows = rows[:limit]
-    next_cursor = base64.urlsafe_b64encode(str(rows[-1].id).encode()).decode().rstrip("=") if more else None
+    rows, next_cursor = changes.audit_entries(
+        session=session, actor=actor, action=action, entity=entity, entity_id=entity_id, since=since, until=until,
+        limit=limit, cursor=cursor,
+    )
     return {"items": [audit_out(e) for e in rows], "next_cursor": next_cursor}
 
 
