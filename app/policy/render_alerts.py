@@ -6,6 +6,7 @@ defined here so the exporter and the rules cannot drift apart.
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 from app.policy.document import PolicyDocument, Sla
@@ -28,20 +29,31 @@ def p99_expr(sla: Sla) -> str:
     return f"histogram_quantile(0.99, sum by (le) (rate({sla.latency_histogram}[5m]))) > {seconds}"
 
 
+def literal(text: str) -> str:
+    """`text` safe inside a Prometheus label/annotation template (both are Go templates)."""
+    if "{{" not in text:
+        return text
+    # A Go string literal inside an action prints verbatim; JSON escaping is valid Go syntax.
+    return "{{ " + json.dumps(text, ensure_ascii=False) + " }}"
+
+
 def sla_rule(sla: Sla, currency: str) -> dict:
     """The alerting rule for one SLA red line."""
+    # The query's result has no labels (sum by le), so $labels cannot carry the names: they are
+    # written into the rule, escaped so that a name like "a{{b" cannot break template expansion.
+    service, tenant, pool = literal(sla.service), literal(sla.tenant), literal(sla.pool)
     return {
         "alert": SLA_ALERT,
         "expr": p99_expr(sla),
         # Same definition as a billed breach minute: P99 over the trailing 5 minutes, held 5 minutes.
         "for": "5m",
-        "labels": {"severity": "critical", "service": sla.service, "tenant": sla.tenant, "pool": sla.pool},
+        "labels": {"severity": "critical", "service": service, "tenant": tenant, "pool": pool},
         "annotations": {
-            "summary": f"{sla.service}: P99 latency above {dec(sla.p99_ms)} ms for 5 minutes",
+            "summary": f"{service}: P99 latency above {dec(sla.p99_ms)} ms for 5 minutes",
             "description": (
-                f"P99 of {sla.service} (tenant {sla.tenant}, pool {sla.pool}) is {{{{ $value | humanizeDuration }}}}, "
+                f"P99 of {service} (tenant {tenant}, pool {pool}) is {{{{ $value | humanizeDuration }}}}, "
                 f"above its {dec(sla.p99_ms)} ms red line. Each breach minute costs co-located "
-                f"training/preprocessing {dec(sla.penalty_per_breach_minute)} {currency}."
+                f"training/preprocessing {dec(sla.penalty_per_breach_minute)} {literal(currency)}."
             ),
         },
     }
