@@ -34,28 +34,36 @@ _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 
 @dataclass(frozen=True)
 class Change:
+    """One field added, removed or changed; `old`/`new` are None on the side where it is absent."""
+
     path: str
     op: Literal["add", "remove", "change"]
     old: Any = None
     new: Any = None
 
     def as_dict(self) -> dict:
+        """JSON-ready form for storage and the API."""
         return {"path": self.path, "op": self.op, "old": self.old, "new": self.new}
 
 
 @dataclass(frozen=True)
 class Conflict:
+    """One field both sides changed differently (None where a side removed it or never had it)."""
+
     path: str
     base: Any
     ours: Any
     theirs: Any
 
     def as_dict(self) -> dict:
+        """JSON-ready form for storage and the API."""
         return {"path": self.path, "base": self.base, "ours": self.ours, "theirs": self.theirs}
 
 
 @dataclass
 class MergeResult:
+    """The merged document, or None with the conflicts that block it."""
+
     merged: dict | None
     conflicts: list[Conflict] = field(default_factory=list)
 
