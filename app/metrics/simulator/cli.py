@@ -35,7 +35,9 @@ def openmetrics(out: Path = typer.Argument(..., help="file to write"),
                 start: str = typer.Option(..., help="ISO 8601 start (an hour boundary)"),
                 end: str = typer.Option(..., help="ISO 8601 end"),
                 seed: int = typer.Option(42), gpus: int = typer.Option(32),
-                metric: list[str] = typer.Option(None, help="only these metric families (repeatable)")) -> None:
+                metric: list[str] = typer.Option(None, help="only these metric families (repeatable)"),
+                blocks: bool = typer.Option(False, help="OUT is a directory: one file per 2-hour block "
+                                                         "(promtool then parses each sample once)")) -> None:
     """Write the simulated history of [start, end] for `promtool tsdb create-blocks-from openmetrics`."""
     from app.metrics.simulator import Simulator
 
@@ -50,8 +52,13 @@ def openmetrics(out: Path = typer.Argument(..., help="file to write"),
             def progress(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
 
-            written = sim.write_openmetrics(out, parse_iso(start), parse_iso(end), metrics=metric or None,
-                                            progress=progress)
+            if blocks:
+                files = sim.write_openmetrics_blocks(out, parse_iso(start), parse_iso(end), metrics=metric or None,
+                                                     progress=progress)
+                written = sum(n for _, n in files)
+            else:
+                written = sim.write_openmetrics(out, parse_iso(start), parse_iso(end), metrics=metric or None,
+                                                progress=progress)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     typer.echo(f"{written} samples to {out} in {time.perf_counter() - began:.1f} s")

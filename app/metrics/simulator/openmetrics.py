@@ -22,6 +22,7 @@ from app.metrics.simulator.series import FAMILIES, FAMILY_NAMES, Renderer
 from app.metrics.simulator.workload import SLOTS
 
 LEAD_S = 600
+BLOCK_S = 7200  # promtool's block duration
 BATCH_LINES = 20_000  # lines per write: memory stays flat however long the window
 
 
@@ -63,22 +64,57 @@ def _by_series(slots) -> list[list[str]]:
     return list(series.values())
 
 
+def _families(metrics: Iterable[str] | None) -> list:
+    wanted = set(FAMILY_NAMES if metrics is None else metrics)
+    unknown = wanted - set(FAMILY_NAMES)
+    if unknown:
+        raise ValueError(f"unknown metric families: {', '.join(sorted(unknown))}")
+    return [f for f in FAMILIES if f.name in wanted]
+
+
+def _window(sim, start: datetime, end: datetime) -> tuple[int, int]:
+    s, e = epoch(start), epoch(end)
+    if e <= s:
+        raise ValueError("end must be after start")
+    step = sim.scrape_interval_s
+    return -(-(s - LEAD_S) // step) * step, e
+
+
 def write_openmetrics(sim, path: str | Path, start: datetime, end: datetime, *,
                       metrics: Iterable[str] | None = None,
                       progress: Callable[[int, int], None] | None = None) -> int:
     """Write samples of [start - 10 min, end] to `path`; `metrics` restricts the families
     (0.0.4 names, e.g. "vllm:request_success_total"); `progress(done, total)` after each stream."""
-    s, e = epoch(start), epoch(end)
-    if e <= s:
-        raise ValueError("end must be after start")
-    wanted = set(FAMILY_NAMES if metrics is None else metrics)
-    unknown = wanted - set(FAMILY_NAMES)
-    if unknown:
-        raise ValueError(f"unknown metric families: {', '.join(sorted(unknown))}")
+    first, last = _window(sim, start, end)
+    return _write(sim, Path(path), first, last, _families(metrics), progress)
+
+
+def write_openmetrics_blocks(sim, directory: str | Path, start: datetime, end: datetime, *,
+                             metrics: Iterable[str] | None = None,
+                             progress: Callable[[int, int], None] | None = None) -> list[tuple[Path, int]]:
+    """The same samples as `write_openmetrics`, one file per 2-hour TSDB block: promtool parses a
+    whole file once per block it spans, so one big file costs (blocks x file) of parsing and
+    per-block files cost one pass in all. Returns [(file, samples)] in time order."""
+    first, last = _window(sim, start, end)
+    families, step = _families(metrics), sim.scrape_interval_s
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    out = []
+    lo = first // BLOCK_S * BLOCK_S
+    blocks = range(lo, last + 1, BLOCK_S)
+    for i, block in enumerate(blocks):
+        a, b = max(first, block), min(last, block + BLOCK_S - step)
+        if a > b:
+            continue
+        path = directory / f"{block}.om"
+        done = (lambda d, t, i=i: progress(i * t + d, len(blocks) * t)) if progress else None
+        out.append((path, _write(sim, path, -(-a // step) * step, b, families, done)))
+    return out
+
+
+def _write(sim, path: Path, first: int, last: int, families: list, progress) -> int:
     step = sim.scrape_interval_s
-    first = -(-(s - LEAD_S) // step) * step
     renderer = Renderer(sim, empty_labels=False)
-    families = [f for f in FAMILIES if f.name in wanted]
     plan = [(f, renderer.streams(f)) for f in families]
     total, done, written = sum(len(streams) for _, streams in plan), 0, 0
     with open(path, "w", encoding="utf-8", newline="\n") as out:
@@ -86,7 +122,7 @@ def write_openmetrics(sim, path: str | Path, start: datetime, end: datetime, *,
             name = family.openmetrics_name
             out.write(f"# HELP {name} {family.help}\n# TYPE {name} {family.openmetrics_type}\n")
             for stream in streams:
-                slots = renderer.lines(family, stream, _groups(first, e, step))
+                slots = renderer.lines(family, stream, _groups(first, last, step))
                 if family.scope in ("requests", "latency"):
                     # A replica's pods never come back: its series are contiguous already.
                     buf: list[str] = []

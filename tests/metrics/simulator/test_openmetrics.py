@@ -44,7 +44,7 @@ def test_families_other_than_histograms_parse_as_strict_openmetrics(sim, tmp_pat
     path = tmp_path / "strict.om"
     names = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
              "DCGM_FI_DEV_FB_USED", "vllm:request_success_total"]
-    sim.write_openmetrics(path, DAY, DAY + H, metrics=names)
+    sim.write_openmetrics(path, DAY, DAY + timedelta(minutes=20), metrics=names)
     families = {f.name: f for f in text_string_to_metric_families(path.read_text())}
     assert set(families) == {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
                              "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_FB_USED", "vllm:request_success"}
@@ -91,3 +91,20 @@ def test_source_energy_matches_the_counter(sim, two_hours):
             assert delta == at[(gpu.uuid, end)] - at[(gpu.uuid, end - 3600)]
             assert gpu.power_w[end] == pytest.approx(delta / 3.6e6)
         assert set(gpu.energy_mj) == {start + 3600, start + 7200}
+
+
+def test_block_files_hold_the_same_samples_one_block_each(sim, two_hours, tmp_path):
+    path, written = two_hours
+    files = sim.write_openmetrics_blocks(tmp_path / "blocks", DAY + 2 * H, DAY + 4 * H)
+    assert sum(n for _, n in files) == written
+
+    def samples(p):
+        return sorted(line for line in p.read_text().splitlines() if not line.startswith("#"))
+
+    assert sorted(x for p, _ in files for x in samples(p)) == samples(path)
+    for p, _ in files:
+        stamps = {int(line.rsplit(" ", 1)[1]) for line in samples(p)}
+        assert len({t // 7200 for t in stamps}) == 1  # one promtool pass per file
+        result = subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", str(p), str(tmp_path / "tsdb")],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
