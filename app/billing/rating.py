@@ -4,18 +4,21 @@ Every pool-hour is priced on its own (cost C, capacity S, rate C/S per GPU-secon
 folded into lines keyed by (account, pool, kind, class, service, policy version); a line is rounded
 once, half-even to the currency's cents, after the whole period is summed.
 
-Why the fixed-point quantum: per-hour amounts carry 50 significant digits, and adding such numbers
-is not associative, so the period total could depend on the order hours arrive in. Quantizing each
-hour's amounts to 1e-20 first makes every later sum exact, so the result is the same for any order
-and the conservation identity holds to ~1e-18 before the final rounding (which the ROUNDING line
-absorbs to the cent).
+Why fixed-point quanta: adding numbers of 50+ significant digits is not associative, so a period
+total could depend on the order hours arrive in. So every per-hour amount is made exact at a fixed
+scale: the rate is quantized to 1e-36 per GPU-second, making each usage row's `GPU-seconds x rate`
+(GPU-seconds carry 6 decimals) an exact product, and the few per-hour amounts that need a division
+(fees, covers, penalty shares) are quantized to 1e-20. Every later sum is then exact, so the result
+is the same for any order, and a line total is within 1e-24 of the exact SPEC value; quantizing it
+to 1e-20 before rounding to cents keeps half-even ties exact. The conservation identity holds to
+~1e-18 before rounding, and the ROUNDING line absorbs the rest to the cent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from decimal import ROUND_HALF_EVEN, Decimal, localcontext
+from decimal import ROUND_HALF_EVEN, Decimal, Inexact, localcontext
 
 from app.billing.pricing import MissingPrice, PriceSheet, cents
 from app.billing.types import PLATFORM, ChargeLine, LineKind, RatingHour, RatingResult, TenantUsage, UnattributedBreach
@@ -24,8 +27,9 @@ from app.policy.document import UNALLOCATED, PolicyDocument, Pricing
 
 __all__ = ["CurrencyMismatch", "MissingPrice", "RatingInputError", "rate_period"]
 
-PRECISION = 50
+PRECISION = 60
 EXACT = Decimal("1e-20")
+RATE = Decimal("1e-36")
 QUANTITY = Decimal("0.000001")
 SECONDS_PER_HOUR = Decimal(3600)
 ZERO = Decimal(0)
@@ -92,24 +96,50 @@ def rate_period(hours: Iterable[RatingHour], *, period_start: int, period_end: i
     with localcontext() as ctx:
         ctx.prec = PRECISION
         ctx.rounding = ROUND_HALF_EVEN
-        rater = _Rater(period_start, period_end)
+        exact = ctx.copy()
+        exact.traps[Inexact] = True  # the row loop must never round, or order would matter
+        rater = _Rater(period_start, period_end, exact)
         for hour in hours:
             rater.add(hour)
         return rater.finish()
 
 
-class _Rater:
-    """Streams pool-hours into per-line accumulators; memory is O(lines), time O(rows)."""
+class _Segment:
+    """One pool under one policy version: the unit lines are keyed and split by."""
 
-    def __init__(self, period_start: int, period_end: int):
+    __slots__ = ("rows", "lines")
+
+    def __init__(self) -> None:
+        # (tenant, klass, dark) -> [GPU-s, amount, activity x 1e9 (int: order-free sums), samples, first hour, last hour]
+        self.rows: dict[tuple[str, str, bool], list] = {}
+        # (account, kind, klass, service) -> [quantity (GPU-s or minutes), amount, first hour, last hour]
+        self.lines: dict[tuple[str, str, str, str], list] = {}
+
+    def add(self, key: tuple[str, str, str, str], quantity: Decimal, amount: Decimal, first: int, last: int | None = None) -> None:
+        """Fold an amount covering hours first..last (default: the one hour) into a line."""
+        last = first if last is None else last
+        a = self.lines.get(key)
+        if a is None:
+            self.lines[key] = [quantity, amount, first, last]
+            return
+        a[0] += quantity
+        a[1] += amount
+        a[2], a[3] = min(a[2], first), max(a[3], last)
+
+
+_CLASSES = frozenset({INFERENCE, TRAINING, PREPROCESSING, UNALLOCATED})
+
+
+class _Rater:
+    """Streams pool-hours into per-segment accumulators; memory is O(lines), time O(rows)."""
+
+    def __init__(self, period_start: int, period_end: int, exact):
         self.period_start, self.period_end = period_start, period_end
+        self.exact = exact
         self.versions: dict[int, _Version] = {}
         self.currency: tuple[str, int] | None = None  # (currency, first version that used it)
         self.seen: set[tuple[int, str]] = set()
-        # (account, pool, kind, klass, service, version) -> [quantity (GPU-s or minutes), amount, first hour, last hour]
-        self.acc: dict[tuple[str, str, str, str, str, int], list] = {}
-        # (tenant, pool, klass) -> [busy GPU-s, dark GPU-s, activity x 1e9 (int, so sums are order-free), samples]
-        self.usage: dict[tuple[str, str, str], list] = {}
+        self.segments: dict[tuple[str, int], _Segment] = {}  # (pool, version)
         self.cost: dict[str, list] = {}  # pool -> [C, first hour, last hour, version of last hour]
         # (pool, service, version) -> [service tenant, attributed minutes, first hour, last hour]
         self.credits: dict[tuple[str, str, int], list] = {}
@@ -134,18 +164,6 @@ class _Rater:
             raise RatingInputError("policy", f"two different documents given for policy version {h.policy_version}")
         return v
 
-    def _add(self, key: tuple, quantity: Decimal, amount: Decimal, hour: int) -> None:
-        a = self.acc.get(key)
-        if a is None:
-            self.acc[key] = [quantity, amount, hour, hour]
-            return
-        a[0] += quantity
-        a[1] += amount
-        if hour < a[2]:
-            a[2] = hour
-        elif hour > a[3]:
-            a[3] = hour
-
     def add(self, h: RatingHour) -> None:
         """Price one pool-hour and fold its amounts into the period's lines."""
         hour, pool = h.hour, h.pool
@@ -164,7 +182,6 @@ class _Rater:
         if capacity <= 0:
             raise RatingInputError(f"{where}.capacity_gpu_seconds", f"pool {pool!r} has {h.gpus} GPUs but capacity {capacity}")
 
-        cost = ZERO
         unpriced = [m.model for m in h.models if m.model not in v.sheet.fixed]
         if unpriced:
             # keep scanning the remaining hours so the error names every model and hour at once
@@ -172,6 +189,7 @@ class _Rater:
                 self.missing.setdefault(model, []).append(hour)
                 self.missing_versions.setdefault(model, set()).add(v.number)
             return
+        cost = ZERO
         for m in h.models:
             cost += v.sheet.model_cost(m)
         cost = cost.quantize(EXACT)
@@ -184,62 +202,33 @@ class _Rater:
                 c[1] = hour
             if hour > c[2]:
                 c[2], c[3] = hour, v.number
+        seg = self.segments.get((pool, v.number))
+        if seg is None:
+            seg = self.segments[(pool, v.number)] = _Segment()
 
-        rate = cost / capacity
-        dark_rate = rate * v.dark_multiplier
-        version = v.number
-        used = ZERO
-        dark_used = ZERO
-        inference: dict[str, Decimal] = {}
-        for r in h.usage:
-            if r.pool != pool:
-                raise RatingInputError(f"{where}.usage", f"a usage row of pool {r.pool!r} was given with pool {pool!r}")
-            gs, klass, tenant = r.gpu_seconds, r.klass, r.tenant
-            if gs < 0:
-                raise RatingInputError(f"{where}.usage.{tenant}.gpu_seconds", f"negative GPU-seconds {gs}")
-            used += gs
-            u = self.usage.get((tenant, pool, klass))
-            if u is None:
-                u = self.usage[(tenant, pool, klass)] = [ZERO, ZERO, 0, 0]
-            if r.dark:
-                u[1] += gs
-            else:
-                u[0] += gs
-            if r.activity_samples:
-                u[2] += round(r.activity_sum * 1e9)
-                u[3] += r.activity_samples
-            if klass == INFERENCE:
-                inference[tenant] = inference.get(tenant, ZERO) + gs
-                continue
-            if klass in NON_INFERENCE:
-                key = (tenant, pool, LineKind.USAGE_DARK if r.dark else LineKind.USAGE_BUSY, klass, "", version)
-            elif klass == UNALLOCATED:
-                key = (PLATFORM, pool, LineKind.UNALLOCATED, UNALLOCATED, "", version)
-            else:
-                raise RatingInputError(f"{where}.usage.{tenant}.klass", f"unknown workload class {klass!r}")
-            if r.dark:
-                dark_used += gs
-                self._add(key, gs, (gs * dark_rate).quantize(EXACT), hour)
-            else:
-                self._add(key, gs, (gs * rate).quantize(EXACT), hour)
+        # lines 3 and 6 straight into per-row accumulators: the hot loop, one dict lookup per row
+        rate = (cost / capacity).quantize(RATE)
+        dark_rate = (rate * v.dark_multiplier).quantize(RATE)
+        try:
+            with localcontext(self.exact):
+                used, dark_used, inference = self._rows(h, seg.rows, rate, dark_rate, where)
+        except Inexact:
+            raise RatingInputError(f"{where}.usage", "GPU-seconds must have at most 6 decimals") from None
 
         # lines 1 and 2: the reserved fee is owed whether used or not; only use above the cover is overage
         fraction = v.reserved_fraction[pool]
         covered: dict[str, Decimal] = {}
         if fraction:
             for tenant, share in v.shares[pool]:
-                cover = (fraction * capacity * share).quantize(EXACT)
-                covered[tenant] = cover
-                key = (tenant, pool, LineKind.RESERVED_FEE, INFERENCE, "", version)
-                self._add(key, cover, (fraction * cost * share).quantize(EXACT), hour)
+                cover = covered[tenant] = (fraction * capacity * share).quantize(EXACT)
+                seg.add((tenant, LineKind.RESERVED_FEE, INFERENCE, ""), cover, (fraction * cost * share).quantize(EXACT), hour)
         unused = ZERO
         for tenant, gs in inference.items():
             over = gs - covered.get(tenant, ZERO)
             if over < 0:
                 unused -= over
                 over = ZERO
-            key = (tenant, pool, LineKind.INFERENCE_OVERAGE, INFERENCE, "", version)
-            self._add(key, over, (over * rate).quantize(EXACT), hour)
+            seg.add((tenant, LineKind.INFERENCE_OVERAGE, INFERENCE, ""), over, (over * rate).quantize(EXACT), hour)
         for tenant, cover in covered.items():
             if tenant not in inference:
                 unused += cover
@@ -247,17 +236,58 @@ class _Rater:
         # line 5: what C pays for beyond lines 1-3, so that charges + balance = C every hour
         idle = capacity - used
         if idle:
-            self._add((PLATFORM, pool, LineKind.IDLE, "", "", version), idle, (idle * rate).quantize(EXACT), hour)
+            seg.add((PLATFORM, LineKind.IDLE, "", ""), idle, (idle * rate).quantize(EXACT), hour)
         if dark_used:
             discount = (dark_used * rate * v.dark_discount).quantize(EXACT)
-            self._add((PLATFORM, pool, LineKind.DARK_DISCOUNT, "", "", version), dark_used, discount, hour)
+            seg.add((PLATFORM, LineKind.DARK_DISCOUNT, "", ""), dark_used, discount, hour)
         if unused:
-            self._add((PLATFORM, pool, LineKind.RESERVED_UNUSED, "", "", version), unused, -(unused * rate).quantize(EXACT), hour)
+            seg.add((PLATFORM, LineKind.RESERVED_UNUSED, "", ""), unused, -(unused * rate).quantize(EXACT), hour)
 
         for i, b in enumerate(h.breaches):
-            self._breach(v, h, b, f"{where}.breaches[{i}]")
+            self._breach(v, seg, h, b, f"{where}.breaches[{i}]")
 
-    def _breach(self, v: _Version, h, b, where: str) -> None:
+    def _rows(self, h: RatingHour, rows: dict, rate: Decimal, dark_rate: Decimal, where: str) -> tuple[Decimal, Decimal, dict[str, Decimal]]:
+        """Fold one pool-hour's usage rows; returns GPU-seconds used, used in dark time, and per inference tenant."""
+        hour, pool = h.hour, h.pool
+        used = dark_used = ZERO
+        inference: dict[str, Decimal] = {}
+        for r in h.usage:
+            gs, klass, dark = r.gpu_seconds, r.klass, r.dark
+            if r.pool != pool or gs.is_signed() or klass not in _CLASSES:  # is_signed: 5x cheaper than `< 0`
+                self._bad_row(where, pool, r)
+            key = (r.tenant, klass, dark)
+            a = rows.get(key)
+            if a is None:
+                a = rows[key] = [ZERO, ZERO, 0, 0, hour, hour]
+            elif hour > a[5]:
+                a[5] = hour
+            elif hour < a[4]:
+                a[4] = hour
+            a[0] += gs
+            used += gs
+            if r.activity_samples:
+                a[2] += round(r.activity_sum * 1e9)
+                a[3] += r.activity_samples
+            if klass == INFERENCE:
+                inference[r.tenant] = inference.get(r.tenant, ZERO) + gs
+            elif dark:
+                dark_used += gs
+                a[1] += gs * dark_rate
+            else:
+                a[1] += gs * rate
+        return used, dark_used, inference
+
+    @staticmethod
+    def _bad_row(where: str, pool: str, r) -> None:
+        if r.pool != pool:
+            raise RatingInputError(f"{where}.usage", f"a usage row of pool {r.pool!r} was given with pool {pool!r}")
+        if r.gpu_seconds < 0:
+            raise RatingInputError(f"{where}.usage.{r.tenant}.gpu_seconds", f"negative GPU-seconds {r.gpu_seconds}")
+        if r.klass not in _CLASSES:
+            raise RatingInputError(f"{where}.usage.{r.tenant}.klass", f"unknown workload class {r.klass!r}")
+        # otherwise it was -0: harmless
+
+    def _breach(self, v: _Version, seg: _Segment, h: RatingHour, b, where: str) -> None:
         """Line 4: one breach minute's penalty, split by co-located GPU-seconds, credited to the service."""
         if b.pool != h.pool:
             raise RatingInputError(f"{where}.pool", f"a breach of pool {b.pool!r} was given with pool {h.pool!r}")
@@ -279,8 +309,7 @@ class _Rater:
                 account, klass = tenant, v.klass.get(tenant, "")
                 if not klass:
                     raise RatingInputError(f"{where}.colocated.{tenant}", f"tenant {tenant!r} is not in policy version {v.number}")
-            key = (account, h.pool, LineKind.SLA_PENALTY, klass, b.service, v.number)
-            self._add(key, (gs / total).quantize(EXACT), (penalty * gs / total).quantize(EXACT), h.hour)
+            seg.add((account, LineKind.SLA_PENALTY, klass, b.service), (gs / total).quantize(EXACT), (penalty * gs / total).quantize(EXACT), h.hour)
         ck = (h.pool, b.service, v.number)
         c = self.credits.get(ck)
         if c is None:
@@ -300,15 +329,30 @@ class _Rater:
         lines: list[ChargeLine] = []
         charged: dict[str, Decimal] = {}  # pool -> sum of rounded charge and balance lines
         penalties: dict[tuple[str, str, int], Decimal] = {}  # (pool, service, version) -> sum of rounded penalties
-        for (account, pool, kind, klass, service, version), (qty, amount, first, last) in self.acc.items():
-            rounded = amount.quantize(cent)
-            if kind == LineKind.SLA_PENALTY:
-                quantity, unit = qty.quantize(QUANTITY), BREACH_MINUTE
-                penalties[(pool, service, version)] = penalties.get((pool, service, version), ZERO) + rounded
-            else:
-                quantity, unit = (qty / SECONDS_PER_HOUR).quantize(QUANTITY), GPU_HOUR
-                charged[pool] = charged.get(pool, ZERO) + rounded
-            lines.append(ChargeLine(account, pool, kind, klass, version, first, last + 3600, quantity, unit, rounded, service))
+        usage: dict[tuple[str, str, str], list] = {}  # (tenant, pool, klass) -> [busy GPU-s, dark GPU-s, activity, samples]
+        for (pool, version), seg in self.segments.items():
+            for (tenant, klass, dark), (gs, amount, activity, samples, first, last) in seg.rows.items():
+                u = usage.get((tenant, pool, klass))
+                if u is None:
+                    u = usage[(tenant, pool, klass)] = [ZERO, ZERO, 0, 0]
+                u[1 if dark else 0] += gs
+                u[2] += activity
+                u[3] += samples
+                if klass == INFERENCE:
+                    continue  # billed through lines 1 and 2, per hour
+                if klass == UNALLOCATED:  # one platform line, whatever namespaces and busy/dark it came from
+                    seg.add((PLATFORM, LineKind.UNALLOCATED, UNALLOCATED, ""), gs, amount, first, last)
+                else:
+                    seg.lines[(tenant, LineKind.USAGE_DARK if dark else LineKind.USAGE_BUSY, klass, "")] = [gs, amount, first, last]
+            for (account, kind, klass, service), (qty, amount, first, last) in seg.lines.items():
+                rounded = amount.quantize(EXACT).quantize(cent)
+                if kind == LineKind.SLA_PENALTY:
+                    quantity, unit = qty.quantize(QUANTITY), BREACH_MINUTE
+                    penalties[(pool, service, version)] = penalties.get((pool, service, version), ZERO) + rounded
+                else:
+                    quantity, unit = (qty / SECONDS_PER_HOUR).quantize(QUANTITY), GPU_HOUR
+                    charged[pool] = charged.get(pool, ZERO) + rounded
+                lines.append(ChargeLine(account, pool, kind, klass, version, first, last + 3600, quantity, unit, rounded, service))
 
         for (pool, service, version), (tenant, minutes, first, last) in self.credits.items():
             # the credit mirrors the rounded penalties exactly, so transfers net to zero to the cent
@@ -323,7 +367,7 @@ class _Rater:
             lines.append(ChargeLine(PLATFORM, pool, LineKind.ROUNDING, "", version, first, last + 3600, ZERO.quantize(QUANTITY), GPU_HOUR, residue))
 
         lines.sort(key=lambda x: (x.account, x.pool, x.kind, x.klass, x.service, x.policy_version, x.charge_start))
-        usage = [
+        tenant_usage = [
             TenantUsage(
                 tenant=tenant,
                 pool=pool,
@@ -332,7 +376,7 @@ class _Rater:
                 dark_gpu_hours=(dark / SECONDS_PER_HOUR).quantize(QUANTITY),
                 efficiency=(activity / (samples * 1_000_000_000)) if samples else None,
             )
-            for (tenant, pool, klass), (busy, dark, activity, samples) in sorted(self.usage.items())
+            for (tenant, pool, klass), (busy, dark, activity, samples) in sorted(usage.items())
         ]
         unattributed = sorted(self.unattributed, key=lambda u: (u.pool, u.service, u.minute_end))
-        return RatingResult(currency=currency, lines=lines, usage=usage, unattributed=unattributed, cost_by_pool=cost_by_pool)
+        return RatingResult(currency=currency, lines=lines, usage=tenant_usage, unattributed=unattributed, cost_by_pool=cost_by_pool)
