@@ -124,7 +124,10 @@ class _Segment:
             return
         a[0] += quantity
         a[1] += amount
-        a[2], a[3] = min(a[2], first), max(a[3], last)
+        if first < a[2]:
+            a[2] = first
+        if last > a[3]:
+            a[3] = last
 
 
 _CLASSES = frozenset({INFERENCE, TRAINING, PREPROCESSING, UNALLOCATED})
@@ -213,7 +216,7 @@ class _Rater:
             with localcontext(self.exact):
                 used, dark_used, inference = self._rows(h, seg.rows, rate, dark_rate, where)
         except Inexact:
-            raise RatingInputError(f"{where}.usage", "GPU-seconds must have at most 6 decimals") from None
+            raise RatingInputError(f"{where}.usage", "usage cannot be rated exactly: GPU-seconds carry too many digits (rollups hold 6 decimals)") from None
 
         # lines 1 and 2: the reserved fee is owed whether used or not; only use above the cover is overage
         fraction = v.reserved_fraction[pool]
@@ -360,6 +363,8 @@ class _Rater:
             klass = self.versions[version].klass.get(tenant, INFERENCE)
             lines.append(ChargeLine(tenant, pool, LineKind.SLA_CREDIT, klass, version, first, last + 3600, Decimal(minutes), BREACH_MINUTE, amount, service))
 
+        # one rounding line per pool for the whole period (conservation is per pool-month), under the
+        # version of the pool's last hour
         cost_by_pool: dict[str, Decimal] = {}
         for pool, (cost, first, last, version) in sorted(self.cost.items()):
             total = cost_by_pool[pool] = cost.quantize(cent)

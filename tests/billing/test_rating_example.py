@@ -378,6 +378,7 @@ def test_differing_currencies_are_refused():
         (pool_hour((UsageRow(POOL, "vision", "training", False, D(-1)),)), "negative GPU-seconds"),
         (pool_hour(breaches=(BreachMinute("nope", "search", POOL, NOV + 60, D(1), ()),)), "service 'nope' has no SLA"),
         (pool_hour(breaches=(breach(1, ("ghost", "5")),)), "tenant 'ghost' is not in policy"),
+        (pool_hour((UsageRow(POOL, "vision", "training", False, D(1) / D(3)),)), "too many digits"),
     ],
 )
 def test_bad_input_is_a_422_naming_the_field(hour, match):
@@ -389,3 +390,8 @@ def test_bad_input_is_a_422_naming_the_field(hour, match):
 def test_the_same_pool_hour_twice_is_refused():
     with pytest.raises(RatingInputError, match="given twice"):
         rate(worked_example(), worked_example())
+
+
+def test_one_version_number_means_one_document():
+    with pytest.raises(RatingInputError, match="two different documents given for policy version 1"):
+        rate(pool_hour(), pool_hour(doc=policy(penalty="9"), hour=NOV + HOUR))
