@@ -4,7 +4,7 @@ Every pool-hour is priced on its own (cost C, capacity S, rate C/S per GPU-secon
 folded into lines keyed by (account, pool, kind, class, service, policy version); a line is rounded
 once, half-even to the currency's cents, after the whole period is summed.
 
-Why fixed-point quanta: adding numbers of 50+ significant digits is not associative, so a period
+Why fixed-point quanta: adding numbers of ~50 significant digits is not associative, so a period
 total could depend on the order hours arrive in. So every per-hour amount is made exact at a fixed
 scale: the rate is quantized to 1e-36 per GPU-second, making each usage row's `GPU-seconds x rate`
 (GPU-seconds carry 6 decimals) an exact product, and the few per-hour amounts that need a division
@@ -36,7 +36,6 @@ ZERO = Decimal(0)
 ONE = Decimal(1)
 
 INFERENCE, TRAINING, PREPROCESSING = "inference", "training", "preprocessing"
-NON_INFERENCE = (TRAINING, PREPROCESSING)
 GPU_HOUR, BREACH_MINUTE = "GPU-hour", "breach-minute"
 
 
