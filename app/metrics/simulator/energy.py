@@ -22,10 +22,9 @@ class Energy:
 
     def power_mw(self, gpu: Gpu, day: int, k: int) -> int:
         """Power of the GPU during slot k of `day`."""
-        occ = self.workload.occupancy(day)
         total = gpu.node.model.idle_mw
         for unit in gpu.units:
-            total += unit_power_mw(unit, self.workload.unit_pct(occ[unit.index][k], day, k))
+            total += unit_power_mw(unit, self.workload.unit_pct(self.workload.unit_slots(unit.index, day)[k], day, k))
         return total
 
     def _unit_dynamic(self, unit: Unit, day: int, end: int) -> int:

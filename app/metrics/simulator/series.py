@@ -152,7 +152,7 @@ class Renderer:
         day = occ = None
         for s, d, k, ts in groups:
             if d != day:
-                day, occ = d, w.occupancy(d)[unit.index]
+                day, occ = d, w.unit_slots(unit.index, d)
             pods = occ[k]
             hs = self._heads(heads, name, unit, pods)
             out = []
@@ -185,7 +185,7 @@ class Renderer:
                 counter = counter + 60 * power if slot is not None and s == slot + 1 else e.counter_mj(gpu, s * 60)
             slot = s
             power = e.power_mw(gpu, d, k)
-            hs = fixed if gpu.mig else self._heads(heads, name, unit, w.occupancy(d)[unit.index][k])
+            hs = fixed if gpu.mig else self._heads(heads, name, unit, w.unit_slots(unit.index, d)[k])
             out = []
             for t, suffix in ts:
                 if scope == "power":

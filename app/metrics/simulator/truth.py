@@ -74,7 +74,7 @@ def ground_truth(sim, start: datetime, end: datetime) -> GroundTruth:
         pool = pool_of[unit.node.name]
         for slot in range(s // 60, e // 60):
             day, k = divmod(slot, SLOTS)
-            pods = w.occupancy(day)[unit.index][k]
+            pods = w.unit_slots(unit.index, day)[k]
             if not pods:
                 continue
             minute_end = slot * 60 + 60

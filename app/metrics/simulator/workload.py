@@ -180,9 +180,12 @@ class Workload:
         for unit in topology.units:
             if unit.role.kind == "inference":
                 self.service_pool[unit.role.name] = unit.pool
-        self.segments = lru_cache(maxsize=8)(self._segments)
-        self.occupancy = lru_cache(maxsize=4)(self._occupancy)
-        self.service_day = lru_cache(maxsize=32)(self._service_day)
+        # Days are cached generously: backfills walk time once per series, so a window's days are
+        # revisited thousands of times (segments are small; per-slot expansions are per unit).
+        self.segments = lru_cache(maxsize=48)(self._segments)
+        self.occupancy = lru_cache(maxsize=2)(self._occupancy)
+        self.unit_slots = lru_cache(maxsize=4096)(self._unit_slots)
+        self.service_day = lru_cache(maxsize=128)(self._service_day)
         self.gang_jobs = lru_cache(maxsize=4096)(self._gang_jobs)
 
     # ---- schedules ----
@@ -225,13 +228,14 @@ class Workload:
 
     def _occupancy(self, day: int) -> list[list[tuple]]:
         """Per unit, per slot of the day: the pods holding it."""
-        out = []
-        for segs in self.segments(day):
-            slots: list[tuple] = [EMPTY] * SLOTS
-            for a, b, pods in segs:
-                slots[a:b] = [pods] * (b - a)
-            out.append(slots)
-        return out
+        return [self._unit_slots(i, day) for i in range(len(self.topology.units))]
+
+    def _unit_slots(self, index: int, day: int) -> list[tuple]:
+        """Per slot of the day: the pods holding unit `index`."""
+        slots: list[tuple] = [EMPTY] * SLOTS
+        for a, b, pods in self.segments(day)[index]:
+            slots[a:b] = [pods] * (b - a)
+        return slots
 
     def training_in_pool(self, pool: str, day: int) -> list[bool]:
         flags = [False] * SLOTS

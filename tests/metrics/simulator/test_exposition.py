@@ -65,7 +65,7 @@ def test_vllm_series_select_by_namespace(families):
 
 def test_time_sliced_gpu_has_two_series_differing_by_pod(sim):
     shared = next(u for u in sim.topology.units if u.role.kind == "shared")
-    occ = sim.workload.occupancy(int(DAY.timestamp()) // 86400)[shared.index]
+    occ = sim.workload.unit_slots(shared.index, int(DAY.timestamp()) // 86400)
     k = next(k for k, pods in enumerate(occ) if len(pods) == 2)
     at = DAY + timedelta(minutes=k + 1)
     series = [s for s in parse(sim.exposition(at))["DCGM_FI_DEV_GPU_UTIL"] if s.labels["UUID"] == shared.gpu.uuid]
