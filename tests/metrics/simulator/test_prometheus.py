@@ -30,3 +30,27 @@ def test_backfilled_prometheus_attributes_to_the_truth(sim, tmp_path):
             {p: (truth.capacity[(h, p)], truth.dark_minutes[(h, p)]) for (h, p) in truth.capacity if h == hour}
         assert {(b.service, b.minute_end): dict(b.colocated) for b in rollup.breaches} == \
             {k: v for k, v in truth.breach_colocated.items() if hour < k[1] <= hour + 3600}
+
+
+def test_real_prometheus_scrapes_the_live_exporter(sim, tmp_path):
+    import time
+
+    from app.metrics.simulator import serve_exporter
+
+    exporter = serve_exporter(sim, port=0)
+    host, port = exporter.server_address[:2]
+    try:
+        with PrometheusServer(tmp_path, scrape_target=f"{host}:{port}", scrape_interval_s=1).start() as prom:
+            deadline = time.monotonic() + 30
+            result = []
+            while time.monotonic() < deadline and not result:
+                time.sleep(0.5)
+                result = prom.query('count by (modelName) (count_over_time(DCGM_FI_DEV_GPU_UTIL[1m]))')
+            assert {r["metric"]["modelName"] for r in result} == {
+                "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 4090"}
+            assert prom.query('count(DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_PROFILE="3g.40gb"})')
+            assert prom.query('count(DCGM_FI_DEV_GPU_UTIL{hostname!=""})')
+            assert prom.query('sum(vllm:request_success_total{namespace="search-prod"})')
+    finally:
+        exporter.shutdown()
+        exporter.server_close()
