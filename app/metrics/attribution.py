@@ -135,6 +135,25 @@ def _energy_rows(batch: SourceBatch, hour_end: int, pool_gpus: dict[str, dict[tu
     return out
 
 
+def _breach_minutes(batch: SourceBatch, lo: int, hi: int, policy: PolicyDocument) -> list[tuple]:
+    """(sla, minute end, P99 in ms) for every minute of (lo, hi] whose P99 exceeds the SLA's red line."""
+    out = []
+    for sla in policy.sla:
+        service = batch.services.get(sla.service)
+        if service is None:
+            continue
+        for m in sorted(t for t in service.p99_s if lo < t <= hi):
+            p99 = service.p99_s[m]
+            if p99 is None or math.isnan(p99):
+                continue  # no traffic in the trailing 5 minutes: nothing to breach
+            exact_ms = None if math.isinf(p99) else Decimal(repr(p99)) * 1000
+            if exact_ms is not None and not exact_ms > sla.p99_ms:
+                continue
+            p99_ms = P99_MS_MAX if exact_ms is None else min(exact_ms.quantize(MILLI, ROUND_HALF_EVEN), P99_MS_MAX)
+            out.append((sla, m, p99_ms))
+    return out
+
+
 def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scrape_interval_s: int) -> HourRollup:
     """Attribute one hour [hour, hour + 3600) of `batch` to pools, tenants, classes and dark|busy."""
     lo, hi = hour, hour + HOUR_S
@@ -143,8 +162,8 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
 
     # Physical GPUs seen per pool (capacity counts every GPU that reported, occupied or not).
     pool_gpus: dict[str, dict[tuple, str]] = defaultdict(dict)
-    # unit -> minute -> [(series, count)] of occupied series; used series per unit.
-    per_unit_minute: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    # unit -> [(series, its counts in the hour)] for series that carry a pod.
+    per_unit: dict[tuple, list] = defaultdict(list)
     used: list[OccupancySeries] = []
     for s in batch.occupancy:
         unit = s.labels.unit
@@ -157,11 +176,14 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
         if not s.labels.pod:
             continue  # the unit reported, but no pod held it: capacity, not usage
         used.append(s)
-        for t, c in counts.items():
-            per_unit_minute[unit][t].append((s, c))
+        per_unit[unit].append((s, counts))
 
     pools = set(pool_gpus)
     dark_by_pool = {p: dark_minutes(batch, hour=hour, policy=policy, pool=p) for p in pools}
+    breaches = _breach_minutes(batch, lo, hi, policy)
+    breach_times: dict[str, set[int]] = defaultdict(set)  # pool -> minute ends with a breach
+    for b in breaches:
+        breach_times[b[0].pool].add(b[1])
 
     info: dict[int, tuple] = {}  # id(series) -> (pool, tenant, class, GPU-seconds per sample)
     classes: dict[tuple, tuple[str, str]] = {}
@@ -172,24 +194,56 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
         weight = interval * unit_fraction(s.labels.model, s.labels.mig_profile)
         info[id(s)] = (_pool_of(policy, s.labels.host), *classes[ck], weight)
 
-    usage: dict[tuple, Fraction] = defaultdict(Fraction)
+    # Whole samples per (pool, tenant, class, dark, weight): integer sums in the hot loop, exact
+    # fractions only for minutes where pods share a unit.
+    sample_counts: dict[tuple, int] = defaultdict(int)
+    shared: dict[tuple, Fraction] = defaultdict(Fraction)
     # Per series: samples it had in dark / busy minutes (for apportioning its activity).
-    series_split: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-    # (pool, minute) -> tenant -> GPU-seconds of training/preprocessing, for breach attribution.
+    series_split: dict[int, list[int]] = {}
+    # (pool, breach minute) -> tenant -> GPU-seconds of training/preprocessing.
     colocated: dict[tuple, dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
-    for minutes in per_unit_minute.values():
-        for t, entries in minutes.items():
+    for unit_series in per_unit.values():
+        if len(unit_series) == 1:  # one pod on the unit all hour: nothing to split
+            s, counts = unit_series[0]
+            pool, tenant, klass, weight = info[id(s)]
+            dark = dark_by_pool[pool]
+            dark_n = sum(c for t, c in counts.items() if t in dark) if dark else 0
+            busy_n = sum(counts.values()) - dark_n
+            sample_counts[(pool, tenant, klass, True, weight)] += dark_n
+            sample_counts[(pool, tenant, klass, False, weight)] += busy_n
+            series_split[id(s)] = [dark_n, busy_n]
+            if klass in COLOCATED_CLASSES:
+                for t in breach_times.get(pool, ()):
+                    if t in counts:
+                        colocated[(pool, t)][tenant] += weight * counts[t]
+            continue
+        by_minute: dict[int, list] = defaultdict(list)
+        for s, counts in unit_series:
+            series_split[id(s)] = [0, 0]
+            for t, c in counts.items():
+                by_minute[t].append((s, c))
+        for t, entries in by_minute.items():
             total = sum(c for _, c in entries)
             peak = max(c for _, c in entries)
             for s, c in entries:
                 pool, tenant, klass, weight = info[id(s)]
                 is_dark = t in dark_by_pool[pool]
-                # Equal split among the pods sharing the unit in this minute (see module docstring).
-                seconds = weight * c if total == peak else Fraction(c * peak, total) * weight
-                usage[(pool, tenant, klass, is_dark)] += seconds
                 series_split[id(s)][0 if is_dark else 1] += c
-                if klass in COLOCATED_CLASSES:
+                if total == peak:
+                    sample_counts[(pool, tenant, klass, is_dark, weight)] += c
+                    seconds = weight * c
+                else:  # pods share the unit in this minute: equal split (see module docstring)
+                    seconds = Fraction(c * peak, total) * weight
+                    shared[(pool, tenant, klass, is_dark)] += seconds
+                if klass in COLOCATED_CLASSES and t in breach_times.get(pool, ()):
                     colocated[(pool, t)][tenant] += seconds
+
+    usage: dict[tuple, Fraction] = defaultdict(Fraction)
+    for (pool, tenant, klass, is_dark, weight), n in sample_counts.items():
+        if n:
+            usage[(pool, tenant, klass, is_dark)] += weight * n
+    for key, seconds in shared.items():
+        usage[key] += seconds
 
     # Efficiency inputs: each series' hourly activity, apportioned to dark/busy by its samples.
     activity: dict[tuple, list] = defaultdict(lambda: [0.0, 0])
@@ -222,25 +276,13 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
         for p in sorted(pools)
     ]
 
-    breaches = []
-    for sla in policy.sla:
-        service = batch.services.get(sla.service)
-        if service is None:
-            continue
-        for m in sorted(t for t in service.p99_s if lo < t <= hi):
-            p99 = service.p99_s[m]
-            if p99 is None or math.isnan(p99):
-                continue  # no traffic in the trailing 5 minutes: nothing to breach
-            exact_ms = None if math.isinf(p99) else Decimal(repr(p99)) * 1000
-            if exact_ms is not None and not exact_ms > sla.p99_ms:
-                continue
-            p99_ms = P99_MS_MAX if exact_ms is None else min(exact_ms.quantize(MILLI, ROUND_HALF_EVEN), P99_MS_MAX)
-            shares = colocated.get((sla.pool, m), {})
-            breaches.append(BreachMinute(
-                service=sla.service, service_tenant=sla.tenant, pool=sla.pool, minute_end=m, p99_ms=p99_ms,
-                colocated=tuple((tenant, quantize_micro(v)) for tenant, v in sorted(shares.items()) if v > 0),
-            ))
-    return HourRollup(hour=hour, usage=rows, pools=pool_rows, breaches=breaches)
+    breach_rows = [
+        BreachMinute(service=sla.service, service_tenant=sla.tenant, pool=sla.pool, minute_end=m, p99_ms=p99_ms,
+                     colocated=tuple((tenant, quantize_micro(v))
+                                     for tenant, v in sorted(colocated.get((sla.pool, m), {}).items()) if v > 0))
+        for sla, m, p99_ms in breaches
+    ]
+    return HourRollup(hour=hour, usage=rows, pools=pool_rows, breaches=breach_rows)
 
 
 def hour_of(t: int) -> int:
