@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from app.metrics.attribution import attribute_hour, split_hours
 from app.metrics.prometheus import PrometheusSource
 from tests.metrics.simulator.conftest import DAY
 from tests.support.prometheus import PrometheusServer
 
 START, END = DAY, DAY + timedelta(hours=3)  # the morning ramp (dark -> busy) and a breach episode
+pytestmark = pytest.mark.prometheus
 
 
 def test_backfilled_prometheus_attributes_to_the_truth(sim, tmp_path):
