@@ -38,7 +38,7 @@ class Pool(Strict):
     reserved_fraction: Decimal = Field(default=Decimal("0.30"), ge=0, le=1)
     reservations: dict[str, Decimal] = Field(default_factory=dict)
     # Additive: the pool's GPUs are nodes x gpus_per_node; its model defaults to the only priced one.
-    gpus_per_node: int = Field(default=8, ge=1)
+    gpus_per_node: int = Field(default=8, ge=1, le=1024)
     gpu_model: str | None = None
 
 

@@ -18,7 +18,7 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from app.core.errors import FieldError, Invalid
 from app.policy import gpus
@@ -28,6 +28,7 @@ RANK = {"inference": 2, "training": 1, "preprocessing": 0}
 EVICTION_ACTIONS = ("shrink-training-batch", "suspend-training")
 MIN_RESERVE_FACTOR = Decimal("1.2")
 NETWORK_CAP_WARN = Decimal("0.7")
+MAX_NUMBER = 10**12
 MAX_P99_MS = 600_000  # a P99 red line above ten minutes is a typo, not a latency objective
 GPU_RANGE_RE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 
@@ -61,6 +62,7 @@ class _Report:
 def validate(doc: PolicyDocument, *, measured_peak_mib: dict[str, float] | None = None) -> list[FieldError]:
     """All cross-field problems of a parsed document, errors and warnings, each with its field path."""
     report = _Report()
+    _magnitudes(doc, report)
     _tenants(doc, report)
     _pools(doc, report)
     _pricing(doc, report)
@@ -73,6 +75,27 @@ def validate(doc: PolicyDocument, *, measured_peak_mib: dict[str, float] | None 
     _isolation(doc, report)
     _memory_reserve(doc, report, measured_peak_mib)
     return report.items
+
+
+def _decimals(node, path: str):
+    if isinstance(node, BaseModel):
+        for name, info in type(node).model_fields.items():
+            yield from _decimals(getattr(node, name), path_of(path, info.alias or name) if path else info.alias or name)
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            yield from _decimals(item, f"{path}[{i}]")
+    elif isinstance(node, dict):
+        for key, item in node.items():
+            yield from _decimals(item, path_of(path, str(key)))
+    elif isinstance(node, Decimal):
+        yield path, node
+
+
+def _magnitudes(doc: PolicyDocument, report: _Report) -> None:
+    # Money and weights far beyond any real fleet would overflow Decimal arithmetic downstream.
+    for at, value in _decimals(doc, ""):
+        if abs(value) >= MAX_NUMBER:
+            report.error(at, f"{value} is too large (limit {MAX_NUMBER:,})")
 
 
 def _tenants(doc: PolicyDocument, report: _Report) -> None:
@@ -383,7 +406,10 @@ def _memory_reserve(doc: PolicyDocument, report: _Report, measured: dict[str, fl
                 sized = False
                 report.warning(path_of("pools", j, "gpu_model"), "unknown GPU model: the inference memory reserve cannot be sized")
                 continue
-            share = float(pool.reserved_fraction * weight / total)
+            try:
+                share = float(pool.reserved_fraction * weight / total)
+            except ArithmeticError:  # absurd weights are reported by _magnitudes
+                continue
             reserved += share * len(pool.nodes) * pool.gpus_per_node * model.memory_mib
         if not sized:
             continue

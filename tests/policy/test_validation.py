@@ -258,6 +258,10 @@ CASES = {
         lambda d: d["quotas"][0].update(lending_limit=5),
         [("quotas[0].lending_limit", "lending_limit 5 exceeds guaranteed_gpus 4")],
     ),
+    "number-too-large": (
+        lambda d: d["pricing"]["gpu_models"][A100].update(purchase_price="1e13"),
+        [(f"pricing.gpu_models.{A100}.purchase_price", "1E+13 is too large (limit 1,000,000,000,000)")],
+    ),
     # isolation, SLA, colocation
     "memory-reserve-factor-below-1.2": (
         lambda d: d["isolation"]["inference"].update(memory_reserve_factor="1.1"),
