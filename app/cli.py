@@ -8,13 +8,16 @@ from app.billing.cli import app as billing_app
 from app.metrics.cli import app as metrics_app
 from app.policy.cli import app as policy_app
 from app.auth.cli import app as auth_app
+from app.metrics.simulator.cli import app as simulator_app
+from app.web.cli import app as web_app
 
 app = typer.Typer(help="GPU co-location chargeback portal", no_args_is_help=True)
 db_app = typer.Typer(help="Database schema", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(policy_app, name="policy")
-# Domain apps register top-level commands too (ingest, worker, rate, close, user, token).
-for sub in (metrics_app, billing_app, auth_app):
+app.add_typer(simulator_app, name="simulator")
+# Domain apps register top-level commands too (ingest, worker, rate, close, export, user, token, serve).
+for sub in (metrics_app, billing_app, auth_app, web_app):
     for command in sub.registered_commands:
         app.registered_commands.append(command)
     for group in sub.registered_groups:
