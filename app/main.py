@@ -15,6 +15,7 @@ from app.auth.sessions import CsrfCookieMiddleware
 from app.core import problems
 from app.web import billing as web_billing
 from app.web import overview as web_overview
+from app.web import policy as web_policy
 from app.web.templating import ROOT
 
 DESCRIPTION = """Chargeback for a shared GPU cluster: usage, invoices and exports for finance integrations.
@@ -45,6 +46,7 @@ def create_app() -> FastAPI:
     app.include_router(auth_routes.api, prefix="/api/v1")
     app.include_router(auth_routes.web)
     app.include_router(web_overview.router)
+    app.include_router(web_policy.router)
     app.include_router(web_billing.router)
     return app
 

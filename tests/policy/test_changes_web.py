@@ -1,0 +1,139 @@
+"""Policy pages with real browser sessions and CSRF: editor with live validation, review (four eyes), releases board."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlmodel import Session, select
+
+from app.core.db import unit_of_work
+from app.core.deps import get_session
+from app.main import create_app
+from app.policy.models import PolicyVersion
+from app.policy.review_models import ChangeRequest, ChangeState, Release, ReleaseState
+from tests.auth.fixtures import BASE_URL, anyio_backend, make_user, page_csrf, sign_in  # noqa: F401
+from tests.policy.review_builders import edited, seed, set_quota
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def app(fresh_engine) -> Iterator[FastAPI]:
+    application = create_app()
+
+    def _session() -> Iterator[Session]:
+        with unit_of_work(fresh_engine) as session:
+            yield session
+
+    application.dependency_overrides[get_session] = _session
+    yield application
+    application.dependency_overrides.clear()
+
+
+@pytest.fixture
+def v1(fresh_engine):
+    with unit_of_work(fresh_engine) as session:
+        return seed(session)
+
+
+@pytest.fixture
+async def browser(app, fresh_engine) -> AsyncIterator:
+    """Signed-in browsers by user name: (client, csrf token)."""
+    clients: list[httpx.AsyncClient] = []
+
+    async def open_as(name: str, role: str) -> tuple[httpx.AsyncClient, str]:
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False), base_url=BASE_URL)
+        clients.append(client)
+        with Session(fresh_engine, expire_on_commit=False) as session:
+            token = sign_in(client, session, make_user(session, name, role))
+        return client, token
+
+    yield open_as
+    for c in clients:
+        await c.aclose()
+
+
+def row(engine, model, ident):
+    with unit_of_work(engine) as session:
+        return session.get(model, ident)
+
+
+async def post(client, url, token, **data):
+    return await client.post(url, data={"csrf_token": token, **data})
+
+
+async def test_editor_validates_as_you_type_and_review_enforces_four_eyes(browser, v1, fresh_engine):
+    ada, ada_csrf = await browser("ada", "admin")
+    rita, rita_csrf = await browser("rita", "reviewer")
+    page = await ada.get("/policy/changes/new")
+    assert page.status_code == 200 and 'hx-post="/policy/validate"' in page.text
+    assert page_csrf(page.text) == ada_csrf
+
+    # The htmx live check: a fragment naming the offending field path, always 200.
+    fragment = await ada.post("/policy/validate", data={"document": edited(v1, set_quota(99))},
+                              headers={"HX-Request": "true", "X-CSRF-Token": ada_csrf})
+    assert fragment.status_code == 200 and "quotas[0].guaranteed_gpus" in fragment.text and "<html" not in fragment.text
+    fragment = await ada.post("/policy/validate", data={"document": "tenants: ["}, headers={"X-CSRF-Token": ada_csrf})
+    assert fragment.status_code == 200 and "alert-error" in fragment.text
+    # Without the CSRF token the same POST is refused.
+    assert (await ada.post("/policy/validate", data={"document": "x"})).status_code == 403
+
+    created = await post(ada, "/policy/changes", ada_csrf, title="six GPUs", justification="Q4",
+                         document=edited(v1, set_quota(6)))
+    assert created.status_code == 303
+    url = created.headers["location"]
+    change_id = int(url.rsplit("/", 1)[1])
+    detail = await ada.get(url)
+    assert "quotas[vision/mixed-a100].guaranteed_gpus" in detail.text and "Capacity impact" in detail.text
+    assert (await post(ada, f"{url}/submit", ada_csrf)).status_code == 303
+    # The author, an admin, gets no approve button and is refused when she posts anyway.
+    assert 'action="/policy/changes/%d/approve"' % change_id not in (await ada.get(url)).text
+    for verb in ("approve", "reject"):
+        refused = await post(ada, f"{url}/{verb}", ada_csrf)
+        assert refused.status_code == 403 and "another reviewer" in refused.text
+    assert row(fresh_engine, ChangeRequest, change_id).state == ChangeState.SUBMITTED
+    # Editing a submitted request: 409.
+    assert (await post(ada, url, ada_csrf, title="x", justification="y", document="z")).status_code == 409
+    assert 'action="/policy/changes/%d/approve"' % change_id in (await rita.get(url)).text
+    assert (await post(rita, f"{url}/approve", rita_csrf, comment="fine")).status_code == 303
+    assert row(fresh_engine, ChangeRequest, change_id).state == ChangeState.APPROVED
+    assert (await post(rita, f"{url}/comments", rita_csrf, body="ship it")).status_code == 303
+    assert "ship it" in (await ada.get(url)).text
+
+
+async def test_releases_board_gate(browser, v1, fresh_engine):
+    olga, olga_csrf = await browser("olga", "operator")
+    rita, rita_csrf = await browser("rita", "reviewer")
+    vic, vic_csrf = await browser("vic", "viewer")
+    created = await post(olga, "/policy/changes", olga_csrf, title="six", justification="Q4", document=edited(v1, set_quota(6)))
+    url = created.headers["location"]
+    change_id = int(url.rsplit("/", 1)[1])
+    await post(olga, f"{url}/submit", olga_csrf)
+    # An operator cannot approve, even someone else's request; a viewer cannot plan releases.
+    assert (await post(olga, f"{url}/approve", olga_csrf)).status_code == 403
+    await post(rita, f"{url}/approve", rita_csrf)
+    assert (await post(vic, "/policy/releases", vic_csrf, name="r", service="s", planned_at="2026-11-20T09:00")).status_code == 403
+    assert (await post(olga, "/policy/releases", olga_csrf, name="search v2", service="search-chat",
+                       planned_at="2026-11-20T09:00")).status_code == 303
+    with unit_of_work(fresh_engine) as session:
+        release_id = session.exec(select(Release.id)).one()
+    board = await vic.get("/policy/releases")
+    assert board.status_code == 200 and "search v2" in board.text and "Apply policy" not in board.text
+    assert f'<option value="{change_id}">' in (await olga.get("/policy/releases")).text
+    assert (await post(olga, f"/policy/releases/{release_id}/attach", olga_csrf, change_id=str(change_id))).status_code == 303
+    assert (await post(olga, f"/policy/releases/{release_id}/deploy", olga_csrf)).status_code == 409
+    bad = await post(olga, f"/policy/releases/{release_id}/apply", olga_csrf, effective_from="soon")
+    assert bad.status_code == 422 and "effective_from" in bad.text
+    assert (await post(olga, f"/policy/releases/{release_id}/apply", olga_csrf, effective_from="2026-11-15T10:00")).status_code == 303
+    assert (await post(olga, f"/policy/releases/{release_id}/deploy", olga_csrf)).status_code == 303
+    assert row(fresh_engine, Release, release_id).state == ReleaseState.DEPLOYED
+    with unit_of_work(fresh_engine) as session:
+        assert [v.source for v in session.exec(select(PolicyVersion).order_by(PolicyVersion.id))] == ["bootstrap", "change"]
+    for page in ("/policy", "/policy/versions", "/policy/versions/2", "/policy/changes", "/policy/audit?action=release.", "/policy/releases"):
+        response = await vic.get(page)
+        assert response.status_code == 200, page
+    assert "release.deploy" in (await vic.get("/policy/audit?action=release.")).text
+    assert "guaranteed_gpus" in (await vic.get("/policy/versions")).text
