@@ -44,5 +44,17 @@ def db_downgrade(revision: str = typer.Argument(...)) -> None:
     typer.echo(f"database at {revision}")
 
 
+@app.command("demo")
+def demo(
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8000, "--port"),
+    days: int = typer.Option(30, "--days", min=1, max=400, help="days of simulated history to ingest"),
+) -> None:
+    """SQLite + the built-in simulator: ingest the last DAYS days, rate them, create an admin, serve."""
+    from app.demo import run
+
+    run(host=host, port=port, days=days)
+
+
 def main() -> None:
     app()
