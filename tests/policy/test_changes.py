@@ -196,3 +196,27 @@ def test_preview_price_change_without_rollups_names_the_month(session):
     preview = changes_preview.preview(session=session, change=change)
     assert preview["price"]["pool_hours"] == 0 and len(preview["price"]["month"]) == 7
     assert [c["path"] for c in preview["diff"]] == ["pricing.energy_price_per_kwh"]
+
+
+def test_preview_price_change_rerates_last_month_tenant_by_tenant(session):
+    """Energy 0.20 -> 0.40 per kWh: each A100 hour costs 1.40 instead of 1.30 (SPEC 5's worked example),
+    so every tenant's charges for the stored hours scale by 14/13."""
+    from datetime import UTC, datetime, timedelta
+    from decimal import Decimal
+
+    from tests.billing.builders import add_hour
+
+    v1 = seed(session)
+    start = datetime(2026, 10, 7, 12, tzinfo=UTC)
+    for i in range(3):
+        add_hour(session, hour=start + timedelta(hours=i), version=v1.id, breaches=())
+    change = draft(session, v1, edit=set_price("0.40"))
+    price = changes_preview.preview(session=session, change=change, month="2026-10")["price"]
+    assert price["month"] == "2026-10" and price["pool_hours"] == 3 and price["currency"] == "USD"
+    rows = {r["tenant"]: r for r in price["tenants"]}
+    assert {"search", "vision", "etl"} <= set(rows)
+    for tenant in ("search", "vision", "etl"):
+        before, after = Decimal(rows[tenant]["before"]), Decimal(rows[tenant]["after"])
+        assert before > 0
+        assert abs(after - before * 14 / 13) <= Decimal("0.01"), (tenant, before, after)
+        assert Decimal(rows[tenant]["delta"]) == after - before

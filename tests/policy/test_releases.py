@@ -16,7 +16,7 @@ from app.policy import changes, releases
 from app.policy.models import PolicyVersion
 from app.policy.review_models import ChangeState, PolicyArtifact, ReleaseState
 from app.policy.service import latest_version, load_document, version_at
-from tests.policy.review_builders import approved, draft, seed, set_p99, set_price, set_quota
+from tests.policy.review_builders import approved, draft, seed, set_p99, set_price
 
 PLANNED = datetime(2026, 11, 20, 9, tzinfo=UTC)
 
@@ -151,3 +151,18 @@ def test_planned_release_edit_and_delete(session):
     assert release.name == "search v3"
     releases.delete_release(session=session, release_id=release.id, actor="oscar")
     assert releases.list_releases(session=session) == []
+
+
+def test_stale_request_applies_after_a_clean_rebase(session):
+    v1 = seed(session)
+    first, second = new_release(session, "first"), new_release(session, "second")
+    releases.attach(session=session, release_id=first.id, change_id=approved(session, v1).id, actor="oscar")
+    latency = approved(session, v1, edit=set_p99(250))
+    releases.attach(session=session, release_id=second.id, change_id=latency.id, actor="oscar")
+    v2 = releases.apply_release(session=session, release_id=first.id, actor="oscar", effective_from=PLANNED)
+    with pytest.raises(Conflict, match="rebase"):
+        releases.apply_release(session=session, release_id=second.id, actor="oscar", effective_from=PLANNED)
+    assert changes.rebase(session=session, change_id=latency.id, actor="olga")["rebased"]
+    v3 = releases.apply_release(session=session, release_id=second.id, actor="oscar", effective_from=PLANNED + timedelta(hours=1))
+    doc = load_document(v3)
+    assert v3.id == v2.id + 1 and doc.quotas[0].guaranteed_gpus == 6 and doc.sla[0].p99_ms == 250
