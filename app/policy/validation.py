@@ -426,6 +426,16 @@ def _memory_reserve(doc: PolicyDocument, report: _Report, measured: dict[str, fl
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser is ~10x faster
     """YAML 1.2-style scalars: "09:00" stays a string, decimals stay exact, yes/no are strings."""
 
+    def construct_mapping(self, node, deep=False):
+        # PyYAML keeps the last of two equal keys; a policy must not lose a MIG node or a price that way.
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value != "<<":
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key '{key_node.value}'", key_node.start_mark)
+                seen.add(key_node.value)
+        return super().construct_mapping(node, deep=deep)
+
 
 _Loader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag.rsplit(":", 1)[-1] not in ("int", "float", "bool", "timestamp")]

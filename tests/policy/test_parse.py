@@ -60,6 +60,12 @@ def test_yaml_syntax_error_has_line_and_column():
     assert (path, message) == ("", "did not find expected ',' or ']' at line 2, column 8")
 
 
+def test_duplicate_yaml_keys_are_refused(example_text):
+    text = example_text.replace("isolation:\n  mig:", "isolation:\n  mig:\n    gpu-a100-02: {gpus: {}}", 1)
+    [(path, message)] = invalid(text)
+    assert path == "" and message.startswith("duplicate key 'gpu-a100-02' at line ")
+
+
 @pytest.mark.parametrize("text", ["- a\n- b\n", "just words", "42", ""])
 def test_a_document_must_be_a_mapping(text):
     assert invalid(text) == [("", "expected a mapping of sections (tenants, pools, pricing, ...)")]
@@ -117,7 +123,7 @@ def test_check_document_on_bad_text_returns_no_document():
 
 SCALARS = st.one_of(
     st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=12), st.sampled_from(["", "0-3", "3-0", "7g.80gb", "inference", "search", "mixed-a100", "NVIDIA L4", "-1", "1e400"]),
+    st.text(max_size=12), st.sampled_from(["", "0-3", "3-0", "7g.80gb", "inference", "search", "mixed-a100", "NVIDIA L4", "-1", "1e400", "1e999999", "0-99999999", 99999999]),
 )
 VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)), max_leaves=6)
 
