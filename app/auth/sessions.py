@@ -83,10 +83,11 @@ def csrf_nonce(conn: HTTPConnection) -> str:
 def csrf_token(conn: HTTPConnection) -> str:
     """The CSRF token pages embed for this browser and its current session."""
     session_id = unsign_session_id(conn.cookies.get(SESSION_COOKIE)) or ""
-    return _csrf_for(csrf_nonce(conn), session_id)
+    return csrf_token_for(csrf_nonce(conn), session_id)
 
 
-def _csrf_for(nonce: str, session_id: str) -> str:
+def csrf_token_for(nonce: str, session_id: str) -> str:
+    """The CSRF token for a browser nonce and a session id ("" before sign-in)."""
     key = get_settings().secret_key.encode()
     return hmac.new(key, f"csrf|{nonce}|{session_id}".encode(), hashlib.sha256).hexdigest()
 
@@ -110,7 +111,7 @@ def csrf_valid(conn: HTTPConnection, submitted: str | None) -> bool:
     if not nonce or not submitted:
         return False
     session_id = unsign_session_id(conn.cookies.get(SESSION_COOKIE)) or ""
-    return hmac.compare_digest(submitted, _csrf_for(nonce, session_id))
+    return hmac.compare_digest(submitted, csrf_token_for(nonce, session_id))
 
 
 async def csrf_ok(request: Request) -> bool:

@@ -1,0 +1,208 @@
+"""Authorization matrix: every route of the app against every role, from the app's own route table.
+
+A route without a rule in RULES fails `test_every_route_has_a_rule`, so nobody adds an endpoint
+without deciding who may call it. Allowed callers must not get 401/403 (any other status, e.g. 404
+or 422 for the dummy parameters, is fine: authorization happens before validation); everyone else
+gets 403, and an anonymous caller 401 (API) or a redirect to /login (pages).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from fastapi.routing import iter_route_contexts
+
+from app.auth import service, sessions
+from app.main import create_app
+from tests.auth.fixtures import ROLES, make_user, sign_in
+
+PUBLIC = "public"  # no sign-in needed
+SIGNED_IN = frozenset(ROLES)  # every role, tenant members included (they see only their tenants)
+STAFF = frozenset(ROLES) - {"tenant"}
+ADMIN = frozenset({"admin"})
+FINANCE = frozenset({"finance"})
+OPERATOR = frozenset({"operator"})
+REVIEWER = frozenset({"reviewer"})
+
+RULES: dict[tuple[str, str], str | frozenset[str]] = {
+    # framework and probes
+    ("GET", "/api/v1/openapi.json"): PUBLIC,
+    ("GET", "/api/v1/docs"): PUBLIC,
+    ("GET", "/docs/oauth2-redirect"): PUBLIC,
+    ("GET", "/healthz"): PUBLIC,
+    ("GET", "/metrics"): PUBLIC,
+    # accounts
+    ("GET", "/login"): PUBLIC,
+    ("POST", "/login"): PUBLIC,
+    ("POST", "/logout"): PUBLIC,
+    ("GET", "/api/v1/me"): SIGNED_IN,
+    ("GET", "/api/v1/tokens"): SIGNED_IN,
+    ("POST", "/api/v1/tokens"): SIGNED_IN,
+    ("DELETE", "/api/v1/tokens/{token_id}"): SIGNED_IN,
+    ("GET", "/admin/users"): ADMIN,
+    ("POST", "/admin/users"): ADMIN,
+    ("POST", "/admin/users/{user_id}"): ADMIN,
+    ("GET", "/admin/tokens"): ADMIN,
+    ("POST", "/admin/tokens"): ADMIN,
+    ("POST", "/admin/tokens/{token_id}/revoke"): ADMIN,
+    # pages
+    ("GET", "/"): SIGNED_IN,
+    # billing and usage (tenant members: only their own tenants, others answered 404)
+    ("GET", "/api/v1/usage"): SIGNED_IN,
+    ("GET", "/api/v1/periods"): SIGNED_IN,
+    ("GET", "/api/v1/periods/{period}/invoices"): SIGNED_IN,
+    ("GET", "/api/v1/periods/{period}/invoices/{tenant}"): SIGNED_IN,
+    ("GET", "/api/v1/periods/{period}/statement"): STAFF,
+    ("GET", "/api/v1/periods/{period}/export"): FINANCE,
+    ("POST", "/api/v1/periods/{period}/rate"): FINANCE,
+    ("POST", "/api/v1/periods/{period}/close"): FINANCE,
+    ("POST", "/api/v1/periods/{period}/corrections"): FINANCE,
+    ("GET", "/billing"): SIGNED_IN,
+    ("GET", "/billing/{period}"): SIGNED_IN,
+    ("GET", "/billing/{period}/{tenant}"): SIGNED_IN,
+    ("POST", "/billing/{period}/rate"): FINANCE,
+    ("POST", "/billing/{period}/close"): FINANCE,
+    # policy: staff read, operators propose and release, reviewers decide
+    ("GET", "/api/v1/policy/versions"): STAFF,
+    ("GET", "/api/v1/policy/versions/active"): STAFF,
+    ("GET", "/api/v1/policy/versions/{number}"): STAFF,
+    ("GET", "/api/v1/policy/versions/{number}/artifacts"): STAFF,
+    ("GET", "/api/v1/policy/versions/{number}/artifacts.zip"): STAFF,
+    ("POST", "/api/v1/policy/validate"): STAFF,
+    ("GET", "/api/v1/policy/changes"): STAFF,
+    ("POST", "/api/v1/policy/changes"): OPERATOR,
+    ("GET", "/api/v1/policy/changes/{change_id}"): STAFF,
+    ("GET", "/api/v1/policy/changes/{change_id}/preview"): STAFF,
+    ("PATCH", "/api/v1/policy/changes/{change_id}"): OPERATOR,
+    ("POST", "/api/v1/policy/changes/{change_id}/submit"): OPERATOR,
+    ("POST", "/api/v1/policy/changes/{change_id}/approve"): REVIEWER,
+    ("POST", "/api/v1/policy/changes/{change_id}/reject"): REVIEWER,
+    ("POST", "/api/v1/policy/changes/{change_id}/withdraw"): OPERATOR,
+    ("POST", "/api/v1/policy/changes/{change_id}/comments"): STAFF,
+    ("POST", "/api/v1/policy/changes/{change_id}/rebase"): OPERATOR,
+    ("GET", "/api/v1/policy/releases"): STAFF,
+    ("POST", "/api/v1/policy/releases"): OPERATOR,
+    ("GET", "/api/v1/policy/releases/{release_id}"): STAFF,
+    ("PATCH", "/api/v1/policy/releases/{release_id}"): OPERATOR,
+    ("DELETE", "/api/v1/policy/releases/{release_id}"): OPERATOR,
+    ("POST", "/api/v1/policy/releases/{release_id}/changes"): OPERATOR,
+    ("DELETE", "/api/v1/policy/releases/{release_id}/changes/{change_id}"): OPERATOR,
+    ("POST", "/api/v1/policy/releases/{release_id}/apply"): OPERATOR,
+    ("POST", "/api/v1/policy/releases/{release_id}/deploy"): OPERATOR,
+    ("POST", "/api/v1/policy/releases/{release_id}/rollback"): OPERATOR,
+    ("GET", "/api/v1/policy/audit"): STAFF,
+    ("GET", "/policy"): STAFF,
+    ("GET", "/policy/versions"): STAFF,
+    ("GET", "/policy/versions/{number}"): STAFF,
+    ("GET", "/policy/changes"): STAFF,
+    ("GET", "/policy/changes/new"): OPERATOR,
+    ("POST", "/policy/changes"): OPERATOR,
+    ("POST", "/policy/validate"): STAFF,
+    ("GET", "/policy/changes/{change_id}"): STAFF,
+    ("GET", "/policy/changes/{change_id}/edit"): OPERATOR,
+    ("POST", "/policy/changes/{change_id}"): OPERATOR,
+    ("POST", "/policy/changes/{change_id}/submit"): OPERATOR,
+    ("POST", "/policy/changes/{change_id}/approve"): REVIEWER,
+    ("POST", "/policy/changes/{change_id}/reject"): REVIEWER,
+    ("POST", "/policy/changes/{change_id}/withdraw"): OPERATOR,
+    ("POST", "/policy/changes/{change_id}/rebase"): OPERATOR,
+    ("POST", "/policy/changes/{change_id}/comments"): STAFF,
+    ("GET", "/policy/releases"): STAFF,
+    ("POST", "/policy/releases"): OPERATOR,
+    ("POST", "/policy/releases/{release_id}/attach"): OPERATOR,
+    ("POST", "/policy/releases/{release_id}/detach/{change_id}"): OPERATOR,
+    ("POST", "/policy/releases/{release_id}/apply"): OPERATOR,
+    ("POST", "/policy/releases/{release_id}/deploy"): OPERATOR,
+    ("POST", "/policy/releases/{release_id}/rollback"): OPERATOR,
+    ("GET", "/policy/audit"): STAFF,
+}
+
+
+def app_routes() -> list[tuple[str, str]]:
+    """(method, path) for every HTTP endpoint the app serves (HEAD folded into GET, mounts excluded)."""
+    out = set()
+    for route in iter_route_contexts(create_app().routes):
+        for method in route.methods or ():
+            if method != "HEAD":
+                out.add((method, route.path))
+    return sorted(out, key=lambda mp: (mp[1], mp[0]))
+
+
+def test_every_route_has_a_rule():
+    missing = [f"{m} {p}" for m, p in app_routes() if (m, p) not in RULES]
+    assert not missing, "routes without an authorization rule in tests/auth/test_matrix.py: " + ", ".join(missing)
+    stale = [f"{m} {p}" for m, p in RULES if (m, p) not in set(app_routes())]
+    assert not stale, "rules for routes that no longer exist: " + ", ".join(stale)
+
+
+def _fill(path: str, params: dict[str, str]) -> str:
+    return re.sub(r"\{(\w+)(:\w+)?\}", lambda m: params.get(m.group(1), "1"), path)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("caller", ["anonymous", *ROLES])
+async def test_matrix(client, session, caller):
+    users = {role: make_user(session, f"m-{role}", role) for role in ROLES}
+    target, _ = service.create_token(session=session, user=users["viewer"], scopes="read",
+                                     lifetime=timedelta(days=1), actor="test")
+    session.commit()
+    params = {"user_id": str(users["viewer"].id), "token_id": str(target.id)}
+    failures = []
+    for method, path in app_routes():
+        rule = RULES[(method, path)]
+        url = _fill(path, params)
+        headers, kwargs = {}, {}
+        client.cookies.clear()
+        if caller != "anonymous":
+            headers["X-CSRF-Token"] = sign_in(client, session, users[caller])
+        else:  # a browser that has seen a page: public forms (sign-in) must still work
+            client.cookies.set(sessions.CSRF_COOKIE, "anonymous-nonce", domain="portal.test")
+            headers["X-CSRF-Token"] = sessions.csrf_token_for("anonymous-nonce", "")
+        if method in ("POST", "PUT", "PATCH") and path.startswith("/api/"):
+            kwargs["json"] = {}
+        elif method in ("POST", "PUT", "PATCH"):
+            kwargs["data"] = {"csrf_token": headers.get("X-CSRF-Token", "")}
+        response = await client.request(method, url, headers=headers, **kwargs)
+        status = response.status_code
+        allowed = rule == PUBLIC or (caller != "anonymous" and (caller == "admin" or caller in rule))
+        if status >= 500:
+            failures.append(f"{method} {url}: {status}")
+        elif allowed and status in (401, 403):
+            failures.append(f"{method} {url}: {caller} should pass, got {status}")
+        elif not allowed and caller == "anonymous":
+            expected_redirect = not path.startswith("/api/")
+            ok = (status == 303 and response.headers["location"].startswith("/login")) if expected_redirect else status == 401
+            if not ok:
+                failures.append(f"{method} {url}: anonymous should be sent to sign in, got {status}")
+        elif not allowed and status != 403:
+            failures.append(f"{method} {url}: {caller} should get 403, got {status}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("role", ROLES)
+async def test_api_matrix_with_bearer_tokens(client, session, role):
+    """The same rules hold for /api routes called with a (write-scoped) token instead of a session."""
+    user = make_user(session, f"t-{role}", role)
+    _, raw = service.create_token(session=session, user=user, scopes="write", lifetime=timedelta(days=1),
+                                  actor="test")
+    # DELETE /api/v1/tokens/{id} gets another token of the caller's, not the one it authenticates with.
+    spare, _ = service.create_token(session=session, user=user, scopes="read", lifetime=timedelta(days=1),
+                                    actor="test")
+    session.commit()
+    failures = []
+    for method, path in app_routes():
+        rule = RULES[(method, path)]
+        if not path.startswith("/api/") or rule == PUBLIC:
+            continue
+        kwargs = {"json": {}} if method in ("POST", "PUT", "PATCH") else {}
+        url = _fill(path, {"token_id": str(spare.id)})
+        response = await client.request(method, url, headers={"Authorization": f"Bearer {raw}"}, **kwargs)
+        allowed = role == "admin" or role in rule
+        if response.status_code >= 500 or (allowed and response.status_code in (401, 403)) or (
+            not allowed and response.status_code != 403
+        ):
+            failures.append(f"{method} {path}: {role} got {response.status_code}")
+    assert not failures, "\n".join(failures)
