@@ -18,7 +18,6 @@ from app.auth.deps import Principal, require_roles
 from app.core.audit import AuditEntry
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid
-from app.core.timeutil import aware
 from app.policy import changes, changes_preview, releases
 from app.policy.models import PolicyVersion
 from app.policy.review_models import ChangeRequest, Release
@@ -33,12 +32,21 @@ Operator = Annotated[Principal, require_roles("operator")]
 Reviewer = Annotated[Principal, require_roles("reviewer")]
 
 
-def measured_peaks() -> dict[str, float] | None:
-    """Peak GPU memory (MiB) per inference tenant over the last 7 days; None when not measured.
+def measured_peaks(session: SessionDep) -> dict[str, float] | None:
+    """Peak GPU memory (MiB) per tenant over the last 7 days from Prometheus; None when not measured.
 
-    A seam: the metrics side (or a test) overrides this dependency with real measurements.
+    None when no Prometheus is configured (the simulator) or it does not answer: validation then warns.
+    Tests and other sources override this dependency.
     """
-    return None
+    from app.core.settings import get_settings
+
+    settings = get_settings()
+    version = latest_version(session=session)
+    if not settings.prometheus_url or version is None:
+        return None
+    return changes_preview.measured_peaks_from_prometheus(
+        settings.prometheus_url, load_document(version), timeout_s=min(settings.prometheus_timeout_s, 10.0)
+    )
 
 
 PeaksDep = Annotated[dict[str, float] | None, Depends(measured_peaks)]

@@ -185,3 +185,49 @@ def preview(
     except ImportError as exc:  # billing not installed in this build
         out["price"] = {"error": f"invoice preview unavailable: {exc}"}
     return out
+
+
+# A tenant's peak: the highest total framebuffer its namespaces held at once over the window, sampled each
+# minute (a subquery), so that a pod's memory on several GPUs counts together.
+# The editor validates as the author types: one 7-day query per few minutes is plenty.
+PEAK_CACHE_S = 300
+_PEAK_CACHE: dict[tuple, tuple[float, list]] = {}
+PEAK_QUERY = 'max_over_time((sum by (namespace) (DCGM_FI_DEV_FB_USED{{namespace!=""}}))[{window}:1m])'
+
+
+def measured_peaks_from_prometheus(
+    url: str, doc: PolicyDocument, *, at=None, window: str = "7d", timeout_s: float = 10.0
+) -> dict[str, float] | None:
+    """Peak GPU memory (MiB) per tenant over `window` from dcgm-exporter's DCGM_FI_DEV_FB_USED; None if unreachable.
+
+    Namespaces of one tenant are added (an upper bound when their peaks did not coincide).
+    """
+    import time
+
+    from prometheus_api_client import PrometheusConnect
+
+    key = (url, window, at)
+    cached = _PEAK_CACHE.get(key)
+    if cached is not None and time.monotonic() - cached[0] < PEAK_CACHE_S:
+        result = cached[1]
+    else:
+        try:
+            client = PrometheusConnect(url=url.rstrip("/"), timeout=timeout_s)
+            params = {"time": (at or utcnow()).timestamp()}
+            result = client.custom_query(PEAK_QUERY.format(window=window), params=params)
+        except Exception:  # noqa: BLE001 - any failure means "not measured": validation then warns instead
+            return None
+        if len(_PEAK_CACHE) > 32:
+            _PEAK_CACHE.clear()
+        _PEAK_CACHE[key] = (time.monotonic(), result)
+    peaks: dict[str, float] = {}
+    for series in result:
+        tenant = doc.tenant_for_namespace(series.get("metric", {}).get("namespace", ""))
+        if tenant is None:
+            continue
+        try:
+            value = float(series["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+        peaks[tenant.name] = peaks.get(tenant.name, 0.0) + value
+    return peaks
