@@ -1,0 +1,290 @@
+"""Benchmark: rate and close one month of rollups (500 tenants, 40 pools, 8,192 GPUs) on PostgreSQL.
+
+Run:  .venv/bin/python benchmarks/rating.py [--tenants 500 --pools 40 --gpus 8192 --month 2026-10]
+
+Creates a throwaway database on the server in CHARGEBACK_BENCH_PG_URL (default the local test
+server), loads the rollups with COPY in a child process (so the parent's peak RSS is that of
+rating and closing only), then times, in the same run:
+  baseline  one SQL GROUP BY over the month's usage rollups (what reading the inputs costs)
+  load      streaming the month through the loader (RatingHour objects) without rating
+  rate      `periods.rate` (load + rate + store lines), committed
+  close     `periods.close` (re-rate + store + CSV/FOCUS/PDF hashes + audit), committed
+and prints each relative to the baseline, plus peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import random
+import resource
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sqlalchemy import create_engine, text  # noqa: E402
+
+ADMIN_URL = os.environ.get("CHARGEBACK_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+MODEL = "NVIDIA H100 80GB HBM3"
+GPUS_PER_NODE = 8
+
+
+def _psycopg(url: str) -> str:
+    return "postgresql+psycopg://" + url.split("://", 1)[1]
+
+
+def create_database() -> str:
+    name = f"cbbench_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(_psycopg(ADMIN_URL), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+
+
+def drop_database(url: str) -> None:
+    admin = create_engine(_psycopg(ADMIN_URL), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)'))
+    admin.dispose()
+
+
+class Fleet:
+    """Who lives where: tenants by class, pools with their GPU counts, home pools, SLA services."""
+
+    def __init__(self, tenants: int, pools: int, gpus: int, seed: int = 7):
+        rng = random.Random(seed)
+        self.pool_names = [f"pool-{j:02d}" for j in range(pools)]
+        base, extra = divmod(gpus, pools)
+        self.pool_gpus = {p: base + (1 if j < extra else 0) for j, p in enumerate(self.pool_names)}
+        n_inf, n_pre = tenants // 5, tenants // 5
+        self.tenants = []  # (name, class, department)
+        for i in range(tenants):
+            klass = "inference" if i < n_inf else ("preprocessing" if i >= tenants - n_pre else "training")
+            self.tenants.append((f"t{i:03d}", klass, f"dept-{i % 20:02d}"))
+        self.homes: dict[str, list[str]] = {}
+        for i, (name, klass, _) in enumerate(self.tenants):
+            first = self.pool_names[i % pools]
+            if klass == "inference":  # inference spans two pools; the others live in one
+                self.homes[name] = [first, self.pool_names[(i * 7 + 3) % pools]]
+                if self.homes[name][1] == first:
+                    self.homes[name] = [first]
+            else:
+                self.homes[name] = [first]
+        self.in_pool: dict[str, list[tuple[str, str]]] = {p: [] for p in self.pool_names}
+        for name, klass, _ in self.tenants:
+            for p in self.homes[name]:
+                self.in_pool[p].append((name, klass))
+        self.services = [(f"svc-{name}", name, self.homes[name][0]) for name, klass, _ in self.tenants if klass == "inference"]
+        self.rng = rng
+
+    def policy(self):
+        from app.policy.document import PolicyDocument
+
+        pools = []
+        for p in self.pool_names:
+            nodes = [f"{p}-node-{k:02d}" for k in range(-(-self.pool_gpus[p] // GPUS_PER_NODE))]
+            reservations = {t: 1 for t, k in self.in_pool[p] if k == "inference"}
+            pools.append({"name": p, "nodes": nodes, "reserved_fraction": "0.30", "reservations": reservations})
+        return PolicyDocument.model_validate({
+            "tenants": [{"name": n, "department": d, "namespaces": [f"ns-{n}"], "class": k} for n, k, d in self.tenants],
+            "pools": pools,
+            "pricing": {"currency": "USD", "energy_price_per_kwh": "0.20", "pue": "1.25", "dark_time_multiplier": "0.6",
+                        "gpu_models": {MODEL: {"purchase_price": 30000, "depreciation_years": 4,
+                                               "hosting_per_hour": "0.35", "default_power_watts": 700}}},
+            "sla": [{"service": s, "tenant": t, "pool": p, "requests": f'vllm:request_success_total{{namespace="ns-{t}"}}',
+                     "latency_histogram": f'vllm:e2e_request_latency_seconds_bucket{{namespace="ns-{t}"}}',
+                     "p99_ms": 300, "penalty_per_breach_minute": "0.50"} for s, t, p in self.services],
+            "priorities": [
+                {"name": "inference-core", "value": 1000000, "class": "inference", "preemptible": False},
+                {"name": "training", "value": 10000, "class": "training", "preemptible": True},
+                {"name": "preprocessing", "value": 1000, "class": "preprocessing", "preemptible": True},
+            ],
+        })
+
+
+def month_bounds(month: str) -> tuple[datetime, datetime]:
+    year, mon = map(int, month.split("-"))
+    return datetime(year, mon, 1, tzinfo=UTC), datetime(year + (mon == 12), mon % 12 + 1, 1, tzinfo=UTC)
+
+
+def generate(url: str, args) -> None:
+    """Child process: store the policy and COPY one month of rollups (plus ok ingest hours)."""
+    from app.core.db import make_engine, unit_of_work
+    from app.policy.service import import_version
+
+    fleet = Fleet(args.tenants, args.pools, args.gpus)
+    start, end = month_bounds(args.month)
+    engine = make_engine(url)
+    with unit_of_work(engine) as s:
+        version = import_version(session=s, document=fleet.policy(), actor="bench", effective_from=start - timedelta(days=1)).id
+    rng = fleet.rng
+    raw = engine.raw_connection()
+    conn = raw.driver_connection
+    counts = dict.fromkeys(("usage", "pool_hour", "breach_minute", "breach_share"), 0)
+    breach_id = 0
+    with conn.cursor() as cur:
+        with cur.copy("COPY ingest_hour (hour, status, policy_version_id, attempts, last_error, ingested_at, duration_s) FROM STDIN") as cp:
+            h = start
+            while h < end:
+                cp.write_row((h, "ok", version, 1, "", h + timedelta(minutes=2), 1.0))
+                h += timedelta(hours=1)
+        # one COPY at a time per connection: collect the small tables first
+        pool_rows, model_rows = [], []
+        h = start
+        while h < end:
+            for p in fleet.pool_names:
+                n = fleet.pool_gpus[p]
+                pool_rows.append((h, p, n, Decimal(n * 3600), rng.randint(0, 40), version))
+                model_rows.append((h, p, MODEL, n, n - 2, Decimal(n - 2) * Decimal("0.55") + Decimal(rng.randint(0, 999)) / 1000))
+            h += timedelta(hours=1)
+        counts["pool_hour"] = len(pool_rows)
+        with cur.copy("COPY pool_hour (hour, pool, gpus, capacity_gpu_seconds, dark_minutes, policy_version_id) FROM STDIN") as cp:
+            for row in pool_rows:
+                cp.write_row(row)
+        with cur.copy("COPY pool_hour_model (hour, pool, model, gpus, measured_gpus, measured_kwh) FROM STDIN") as cp:
+            for row in model_rows:
+                cp.write_row(row)
+        with cur.copy("COPY usage_rollup (hour, pool, tenant, klass, dark, gpu_seconds, activity_sum, activity_samples, policy_version_id) FROM STDIN") as us:
+            h = start
+            while h < end:
+                for p in fleet.pool_names:
+                    capacity = fleet.pool_gpus[p] * 3600
+                    members = fleet.in_pool[p]
+                    share = capacity * 0.9 / max(1, len(members))
+                    for name, klass in members:
+                        used = share * rng.uniform(0.2, 1.0)
+                        if klass == "inference":
+                            parts = [(False, used)]
+                        else:
+                            dark = used * rng.uniform(0.1, 0.5)
+                            parts = [(False, used - dark), (True, dark)]
+                        for is_dark, seconds in parts:
+                            samples = int(seconds // 30)
+                            us.write_row((h, p, name, klass, is_dark, Decimal(f"{seconds:.6f}"),
+                                          samples * rng.uniform(0.3, 0.9), samples, version))
+                            counts["usage"] += 1
+                h += timedelta(hours=1)
+        minutes = int((end - start).total_seconds() // 60)
+        minute_rows, share_rows = [], []
+        for service, tenant, p in fleet.services:
+            colocated = [n for n, k in fleet.in_pool[p] if k != "inference"]
+            for m in sorted(rng.sample(range(1, minutes + 1), k=max(1, minutes * 3 // 1000))):
+                minute_end = start + timedelta(minutes=m)
+                hour = (minute_end - timedelta(microseconds=1)).replace(minute=0, second=0, microsecond=0)
+                breach_id += 1
+                minute_rows.append((breach_id, hour, service, tenant, p, minute_end, Decimal("450.000")))
+                for other in rng.sample(colocated, k=min(3, len(colocated))):
+                    share_rows.append((breach_id, other, Decimal(rng.randint(30, 3000))))
+        counts["breach_minute"], counts["breach_share"] = len(minute_rows), len(share_rows)
+        with cur.copy("COPY breach_minute (id, hour, service, service_tenant, pool, minute_end, p99_ms) FROM STDIN") as cp:
+            for row in minute_rows:
+                cp.write_row(row)
+        with cur.copy("COPY breach_share (breach_id, tenant, gpu_seconds) FROM STDIN") as cp:
+            for row in share_rows:
+                cp.write_row(row)
+        cur.execute("SELECT setval(pg_get_serial_sequence('breach_minute', 'id'), %s)", (breach_id,))
+        cur.execute("ANALYZE")
+    conn.commit()
+    raw.close()
+    engine.dispose()
+    print("generated: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()), flush=True)
+
+
+CPU: dict[str, float] = {}
+
+
+def _timed(fn, label: str | None = None):
+    t0, c0 = time.perf_counter(), time.process_time()
+    result = fn()
+    if label:
+        CPU[label] = time.process_time() - c0
+    return time.perf_counter() - t0, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tenants", type=int, default=500)
+    parser.add_argument("--pools", type=int, default=40)
+    parser.add_argument("--gpus", type=int, default=8192)
+    parser.add_argument("--month", default="2026-10")
+    parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    args = parser.parse_args()
+
+    from app.core.migrate import upgrade
+
+    url = create_database()
+    try:
+        upgrade(url)
+        t0 = time.perf_counter()
+        child = multiprocessing.get_context("spawn").Process(target=generate, args=(url, args))
+        child.start()
+        child.join()
+        if child.exitcode:
+            raise SystemExit(f"generation failed (exit {child.exitcode})")
+        print(f"generation: {time.perf_counter() - t0:.1f} s", flush=True)
+        run(url, args)
+    finally:
+        if not args.keep:
+            drop_database(url)
+
+
+def run(url: str, args) -> None:
+    from app.billing import periods
+    from app.billing.loader import load_hours
+    from app.core.db import make_engine, unit_of_work
+
+    engine = make_engine(url)
+    start, end = month_bounds(args.month)
+    group_by = text(
+        "SELECT pool, tenant, klass, dark, sum(gpu_seconds), sum(activity_sum), sum(activity_samples) "
+        "FROM usage_rollup WHERE hour >= :s AND hour < :e GROUP BY pool, tenant, klass, dark"
+    )
+
+    def baseline():
+        with engine.connect() as conn:
+            return len(conn.execute(group_by, {"s": start, "e": end}).all())
+
+    baseline()  # warm the buffer cache so neither side pays for disk reads
+    t_base, groups = min((_timed(baseline) for _ in range(3)), key=lambda r: r[0])
+
+    def load_only():
+        with unit_of_work(engine) as s:
+            return sum(len(h.usage) for h in load_hours(session=s, start=start, end=end))
+
+    t_load, usage_rows = _timed(load_only, "load")
+
+    def rate():
+        with unit_of_work(engine) as s:
+            row = periods.rate(session=s, period=args.month, actor="bench")
+            return row.revision
+
+    t_rate, _ = _timed(rate, "rate")
+
+    def close():
+        with unit_of_work(engine) as s:
+            return periods.close(session=s, period=args.month, actor="bench").status
+
+    t_close, status = _timed(close, "close")
+    with engine.connect() as conn:
+        lines = conn.execute(text("SELECT count(*) FROM charge_line")).scalar()
+    engine.dispose()
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"fleet: {args.tenants} tenants, {args.pools} pools, {args.gpus:,} GPUs, month {args.month}")
+    print(f"usage rollup rows: {usage_rows:,} (GROUP BY -> {groups:,} groups); charge lines stored: {lines:,}; status {status}")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (wall times include waiting for a CPU)")
+    print(f"baseline GROUP BY : {t_base:7.2f} s wall   1.0x")
+    print(f"load (no rating)  : {t_load:7.2f} s wall  {t_load / t_base:5.1f}x   python CPU {CPU['load']:6.2f} s")
+    print(f"rate              : {t_rate:7.2f} s wall  {t_rate / t_base:5.1f}x   python CPU {CPU['rate']:6.2f} s   (goal <= 3x)")
+    print(f"close             : {t_close:7.2f} s wall  {t_close / t_base:5.1f}x   python CPU {CPU['close']:6.2f} s   (re-rate + exports + hashes)")
+    print(f"peak RSS (rate + close process): {peak_mib:,.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
