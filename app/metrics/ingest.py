@@ -8,6 +8,7 @@ version are fetched with one set of queries. Services only flush: the caller com
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -26,8 +27,9 @@ from app.policy.service import load_document, version_at
 # Backoff for gap retries: 1, 2, 4, ... minutes, at most 6 hours.
 RETRY_BASE_S = 60
 RETRY_MAX_S = 6 * 3600
-# Keep one fetch under ~2 million minute-samples: hours per fetch shrink as the fleet grows.
-SAMPLE_BUDGET = 2_000_000
+# About 150,000 minute-samples per fetch (~5 h of 256 GPUs): hours per fetch shrink as the fleet grows,
+# so memory stays flat, and several batches let fetching and attribution overlap.
+SAMPLE_BUDGET = 150_000
 MAX_HOURS_PER_FETCH = 24
 NO_POLICY = "no policy version was in effect"
 
@@ -83,47 +85,60 @@ def ingest_hour_list(*, session: Session, source: MetricsSource, hours: list[dat
     # Adaptive batches start with one hour: the first answer tells how large an hour of this fleet is.
     per_fetch = hours_per_fetch or 1
     i = 0
-    while i < len(hours):
-        found = policy_at(session=session, hour=hours[i])
-        if found is None:
+
+    def next_group() -> tuple | None:
+        """Plan the next batch of hours (one policy version) and start fetching it in the background."""
+        nonlocal i
+        while i < len(hours):
+            found = policy_at(session=session, hour=hours[i])
+            if found is not None:
+                break
             _mark_gap(session, hours[i], NO_POLICY, report, now, count_attempt=False)
             if progress:
                 progress(hours[i], "gap")
             i += 1
-            continue
+        else:
+            return None
         version_id, policy = found
         group = [hours[i]]
-        while (len(group) < per_fetch and i + len(group) < len(hours)
-               and hours[i + len(group)] == group[-1] + HOUR
+        while (len(group) < per_fetch and i + len(group) < len(hours) and hours[i + len(group)] == group[-1] + HOUR
                and _same_version(session, hours[i + len(group)], version_id)):
             group.append(hours[i + len(group)])
-        fetch_began = time.perf_counter()
-        try:
-            batch = source.fetch(start=group[0], end=group[-1] + HOUR, policy=policy)
-        except AppError as exc:
-            # Nothing of these hours is stored; the rest of the run would meet the same outage,
-            # so they are recorded as gaps too (to be retried) rather than hammering the source.
-            for hour in hours[i:]:
-                _mark_gap(session, hour, exc.detail if hour in group else f"not read: {exc.detail}", report, now,
-                          count_attempt=hour in group)
-                if progress:
-                    progress(hour, "gap")
-            break
-        fetched_s = (time.perf_counter() - fetch_began) / len(group)
-        if hours_per_fetch is None:
-            samples = sum(len(s.samples) for s in batch.occupancy)
-            per_fetch = max(1, min(MAX_HOURS_PER_FETCH, SAMPLE_BUDGET * len(group) // max(samples, 1)))
-        for hour, part in sorted(split_hours(batch).items()):
-            write_began = time.perf_counter()
-            rollup = attribute_hour(part, hour=hour, policy=policy, scrape_interval_s=scrape_interval_s)
-            with session.begin_nested():
-                replace_hour(session, rollup, version_id)
-                _mark_ok(session, from_epoch(hour), version_id, fetched_s + time.perf_counter() - write_began, now)
-            report.ok.append(from_epoch(hour))
-            if progress:
-                progress(from_epoch(hour), "ok")
-        del batch
         i += len(group)
+        future = prefetch.submit(source.fetch, start=group[0], end=group[-1] + HOUR, policy=policy)
+        return group, version_id, policy, future, time.perf_counter()
+
+    # The next batch is fetched while this one is attributed and written: Prometheus and Python overlap.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch") as prefetch:
+        job = next_group()
+        while job is not None:
+            group, version_id, policy, future, fetch_began = job
+            try:
+                batch = future.result()
+            except AppError as exc:
+                # Nothing of these hours is stored; the rest of the run would meet the same outage,
+                # so they are recorded as gaps too (to be retried) rather than hammering the source.
+                for hour in group + hours[i:]:
+                    _mark_gap(session, hour, exc.detail if hour in group else f"not read: {exc.detail}", report, now,
+                              count_attempt=hour in group)
+                    if progress:
+                        progress(hour, "gap")
+                break
+            fetched_s = (time.perf_counter() - fetch_began) / len(group)
+            if hours_per_fetch is None:
+                samples = sum(len(s.samples) for s in batch.occupancy)
+                per_fetch = max(1, min(MAX_HOURS_PER_FETCH, SAMPLE_BUDGET * len(group) // max(samples, 1)))
+            job = next_group()
+            for hour, part in sorted(split_hours(batch).items()):
+                write_began = time.perf_counter()
+                rollup = attribute_hour(part, hour=hour, policy=policy, scrape_interval_s=scrape_interval_s)
+                with session.begin_nested():
+                    replace_hour(session, rollup, version_id)
+                    _mark_ok(session, from_epoch(hour), version_id, fetched_s + time.perf_counter() - write_began, now)
+                report.ok.append(from_epoch(hour))
+                if progress:
+                    progress(from_epoch(hour), "ok")
+            del batch
     session.flush()
     report.duration_s = time.perf_counter() - began
     return report

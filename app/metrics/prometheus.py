@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -79,67 +80,88 @@ class PrometheusSource:
         batch = SourceBatch(start=s, end=e)
         occupancy: dict[tuple, OccupancySeries] = {}
         energy: dict[tuple, GpuEnergy] = {}
+        plan: list[tuple[str, int, int, int, Callable[[list], None]]] = []
         step = self.max_chunk_hours * HOUR_S
         for cs in range(s, e, step):
             ce = min(cs + step, e)
             for shard in self.host_shards or (None,):
-                self._occupancy(occupancy, cs, ce, shard)
-                self._energy(energy, cs, ce, shard)
-            self._services(batch, cs, ce, policy)
+                plan += self._occupancy_plan(occupancy, cs, ce, shard)
+                plan += self._energy_plan(energy, cs, ce, shard)
+            plan += self._services_plan(batch, cs, ce, policy)
+        # One HTTP worker issues the queries back to back (Prometheus sees them one at a time, as
+        # if issued alone) while this thread decodes the previous answer.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="promql") as http:
+            futures = [http.submit(self._range, q, a, b, st) for q, a, b, st, _ in plan]
+            try:
+                for (*_, handle), future in zip(plan, futures):
+                    handle(future.result())
+            finally:
+                for future in futures:
+                    future.cancel()
         batch.occupancy = list(occupancy.values())
         batch.energy = list(energy.values())
         return batch
 
-    # ---- queries ----
+    # ---- queries: (promql, start, end, step, what to do with the answer) ----
 
-    def _occupancy(self, out: dict[tuple, OccupancySeries], cs: int, ce: int, shard: str | None) -> None:
+    def _occupancy_plan(self, out: dict[tuple, OccupancySeries], cs: int, ce: int, shard: str | None) -> list:
+        plan = []
         for metric in OCCUPANCY_METRICS:
-            counts = self._range(f"sum by ({UNIT_LABELS}) ({_over(shard, 'count_over_time', metric, '59999ms')})",
-                                 cs + MINUTE_S, ce, MINUTE_S)
-            for item in counts:
-                series = _series(out, item["metric"], metric)
-                for t, v in item["values"]:
-                    n = int(float(v))
-                    if n:
-                        series.samples[int(t)] = n
-            scale = ACTIVITY_SCALE[metric]
-            sums = self._range(f"sum by ({UNIT_LABELS}) ({_over(shard, 'sum_over_time', metric, '3599999ms')})",
-                               cs + HOUR_S, ce, HOUR_S)
-            for item in sums:
-                series = _series(out, item["metric"], metric)
-                for t, v in item["values"]:
-                    series.activity[int(t)] = float(v) * scale
+            def counts(result: list, metric: str = metric) -> None:
+                for item in result:
+                    series = _series(out, item["metric"], metric)
+                    series.samples.update({int(t): _count(v) for t, v in item["values"] if v != "0"})
 
-    def _energy(self, out: dict[tuple, GpuEnergy], cs: int, ce: int, shard: str | None) -> None:
-        # Counter value at each hour end (its last sample), from the hour before the chunk onwards.
-        ends = self._range(f"max by ({GPU_LABELS}) ({_over(shard, 'max_over_time', ENERGY, '3599999ms')})", cs, ce, HOUR_S)
-        firsts = self._range(f"min by ({GPU_LABELS}) ({_over(shard, 'min_over_time', ENERGY, '3599999ms')})",
-                             cs + HOUR_S, ce, HOUR_S)
-        power = self._range(f"max by ({GPU_LABELS}) ({_over(shard, 'avg_over_time', POWER, '3599999ms')})",
-                            cs + HOUR_S, ce, HOUR_S)
-        first_by_gpu = {_gpu_key(i["metric"]): {int(t): float(v) for t, v in i["values"]} for i in firsts}
-        for item in ends:
-            gpu = _gpu(out, item["metric"])
-            last = {int(t): float(v) for t, v in item["values"]}
-            first = first_by_gpu.get(_gpu_key(item["metric"]), {})
-            for t, value in last.items():
-                if t <= cs:
-                    continue
-                before = last.get(t - HOUR_S)
-                # Delta between consecutive hour ends; within the hour when the GPU appeared in it
-                # or the counter was reset (driver restart).
-                if before is not None and value >= before:
-                    gpu.energy_mj[t] = value - before
-                elif t in first and value >= first[t]:
-                    gpu.energy_mj[t] = value - first[t]
-        for item in power:
-            gpu = _gpu(out, item["metric"])
-            for t, v in item["values"]:
-                gpu.power_w[int(t)] = float(v)
+            def sums(result: list, metric: str = metric) -> None:
+                scale = ACTIVITY_SCALE[metric]
+                for item in result:
+                    _series(out, item["metric"], metric).activity.update(
+                        {int(t): float(v) * scale for t, v in item["values"]})
 
-    def _services(self, batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) -> None:
+            plan.append((f"sum by ({UNIT_LABELS}) ({_over(shard, 'count_over_time', metric, '59999ms')})",
+                         cs + MINUTE_S, ce, MINUTE_S, counts))
+            plan.append((f"sum by ({UNIT_LABELS}) ({_over(shard, 'sum_over_time', metric, '3599999ms')})",
+                         cs + HOUR_S, ce, HOUR_S, sums))
+        return plan
+
+    def _energy_plan(self, out: dict[tuple, GpuEnergy], cs: int, ce: int, shard: str | None) -> list:
+        firsts: dict[tuple, dict[int, float]] = {}
+
+        def first_values(result: list) -> None:
+            firsts.update({_gpu_key(i["metric"]): {int(t): float(v) for t, v in i["values"]} for i in result})
+
+        def deltas(result: list) -> None:
+            for item in result:
+                gpu = _gpu(out, item["metric"])
+                last = {int(t): float(v) for t, v in item["values"]}
+                first = firsts.get(_gpu_key(item["metric"]), {})
+                for t, value in last.items():
+                    if t <= cs:
+                        continue
+                    before = last.get(t - HOUR_S)
+                    # Delta between consecutive hour ends; within the hour when the GPU appeared
+                    # in it or the counter was reset (driver restart).
+                    if before is not None and value >= before:
+                        gpu.energy_mj[t] = value - before
+                    elif t in first and value >= first[t]:
+                        gpu.energy_mj[t] = value - first[t]
+
+        def power(result: list) -> None:
+            for item in result:
+                _gpu(out, item["metric"]).power_w.update({int(t): float(v) for t, v in item["values"]})
+
+        return [
+            (f"min by ({GPU_LABELS}) ({_over(shard, 'min_over_time', ENERGY, '3599999ms')})", cs + HOUR_S, ce, HOUR_S,
+             first_values),
+            # The counter's last value at each hour end, from the hour before the chunk onwards.
+            (f"max by ({GPU_LABELS}) ({_over(shard, 'max_over_time', ENERGY, '3599999ms')})", cs, ce, HOUR_S, deltas),
+            (f"max by ({GPU_LABELS}) ({_over(shard, 'avg_over_time', POWER, '3599999ms')})", cs + HOUR_S, ce, HOUR_S,
+             power),
+        ]
+
+    def _services_plan(self, batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) -> list:
         if not policy.sla:
-            return
+            return []
         window = policy.colocation.idle_window_s
         # One query per signal for all services: each term is labelled with its service name.
         requests_q = " or ".join(
@@ -153,14 +175,20 @@ class PrometheusSource:
         )
         for sla in policy.sla:
             batch.services.setdefault(sla.service, ServiceMinutes(service=sla.service))
-        for item in self._range(requests_q, cs + MINUTE_S, ce, MINUTE_S):
-            svc = batch.services.get(item["metric"].get("service", ""))
-            if svc is not None:
-                svc.requests_in_window.update((int(t), float(v)) for t, v in item["values"])
-        for item in self._range(p99_q, cs + MINUTE_S, ce, MINUTE_S):
-            svc = batch.services.get(item["metric"].get("service", ""))
-            if svc is not None:
-                svc.p99_s.update((int(t), float(v)) for t, v in item["values"])
+
+        def requests_in_window(result: list) -> None:
+            for item in result:
+                svc = batch.services.get(item["metric"].get("service", ""))
+                if svc is not None:
+                    svc.requests_in_window.update((int(t), float(v)) for t, v in item["values"])
+
+        def p99(result: list) -> None:
+            for item in result:
+                svc = batch.services.get(item["metric"].get("service", ""))
+                if svc is not None:
+                    svc.p99_s.update((int(t), float(v)) for t, v in item["values"])
+
+        return [(requests_q, cs + MINUTE_S, ce, MINUTE_S, requests_in_window), (p99_q, cs + MINUTE_S, ce, MINUTE_S, p99)]
 
     def _range(self, query: str, start: int, end: int, step: int) -> list[dict]:
         """One query_range; connection errors, timeouts and 5xx become `Unavailable`."""
@@ -180,6 +208,14 @@ class PrometheusSource:
         if self.log is not None:
             self.log.append(QueryRecord(query, start, end, step, time.perf_counter() - began, len(result)))
         return result
+
+
+def _count(value: str) -> int:
+    """A sample count as Prometheus prints it ("2"; tolerate "2.0")."""
+    try:
+        return int(value)
+    except ValueError:
+        return int(float(value))
 
 
 def _over(shard: str | None, func: str, metric: str, window: str) -> str:

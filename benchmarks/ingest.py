@@ -1,0 +1,220 @@
+"""Ingestion benchmark: a day of a simulated >= 256-GPU cluster, backfilled into a real Prometheus.
+
+    .venv/bin/python benchmarks/ingest.py --gpus 256 512 --hours 24
+
+For each cluster size: the simulator writes OpenMetrics, promtool builds TSDB blocks (cached in
+--data-dir), a real `prometheus` serves them, and a child process ingests the window into a fresh
+SQLite database (or --database-url). Printed, measured in the same run:
+  (a) ingestion time / time of the same PromQL queries issued alone (raw HTTP, body read, no parsing);
+  (b) speed-up over a naive pull of the raw series (prometheus-api-client get_metric_range_data +
+      pandas MetricRangeDataFrame, per-minute sample counts with groupby) — first size only;
+  (c) peak RSS of the ingesting process at each size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+START = datetime(2026, 11, 20, tzinfo=UTC)
+FAMILIES = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+            "DCGM_FI_DEV_POWER_USAGE", "vllm:request_success_total", "vllm:e2e_request_latency_seconds"]
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def prepare(data_dir: Path, gpus: int, hours: int) -> Path:
+    """TSDB blocks for `gpus` GPUs over `hours` hours (built once, reused by later runs)."""
+    from app.metrics.simulator import Simulator
+    from tests.support.prometheus import PROMTOOL
+
+    root = data_dir / f"sim-{gpus}g-{hours}h"
+    done = root / "READY"
+    if done.exists():
+        return root
+    (root / "data").mkdir(parents=True, exist_ok=True)
+    sim = Simulator(seed=42, gpus=gpus, scrape_interval_s=30)
+    om = root / "history.om"
+    began = time.perf_counter()
+    samples = sim.write_openmetrics(om, START, START + timedelta(hours=hours), metrics=FAMILIES)
+    print(f"  {gpus} GPUs: {samples:,} samples written in {time.perf_counter() - began:.0f}s", flush=True)
+    began = time.perf_counter()
+    subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=24h", str(om),
+                    str(root / "data")], check=True, capture_output=True)
+    print(f"  promtool built blocks in {time.perf_counter() - began:.0f}s", flush=True)
+    om.unlink()
+    done.write_text(json.dumps({"gpus": gpus, "hours": hours, "samples": samples}))
+    return root
+
+
+def serve(root: Path):
+    from tests.support.prometheus import PrometheusServer
+
+    server = PrometheusServer(root)
+    server.start(timeout_s=300)
+    return server
+
+
+# ---- child processes (each measures its own peak RSS) ----
+
+
+def child_ingest(args) -> dict:
+    from sqlmodel import Session, select
+
+    from app.core.db import make_engine, unit_of_work
+    from app.core.migrate import upgrade
+    from app.core.timeutil import epoch
+    from app.metrics.ingest import ingest_hours
+    from app.metrics.models import UsageRollup
+    from app.metrics.prometheus import PrometheusSource
+    from app.metrics.simulator import Simulator
+    from app.policy.service import import_version
+
+    import httpx
+
+    url = args.database_url or f"sqlite:///{Path(args.work) / 'bench.db'}"
+    if url.startswith("sqlite"):
+        Path(url.split("///", 1)[1]).unlink(missing_ok=True)
+    upgrade(url)
+    engine = make_engine(url)
+    sim = Simulator(seed=42, gpus=args.gpus, scrape_interval_s=30)
+    with unit_of_work(engine) as session:
+        import_version(session=session, document=sim.policy(), actor="benchmark", effective_from=START - timedelta(days=1))
+    end = START + timedelta(hours=args.hours)
+
+    def ingest_once() -> tuple[float, list]:
+        log: list = []
+        source = PrometheusSource(args.url, scrape_interval_s=30, timeout_s=600, log=log)
+        began = time.perf_counter()
+        with unit_of_work(engine) as session:
+            report = ingest_hours(session=session, source=source, start=START, end=end, scrape_interval_s=30)
+        assert len(report.ok) == args.hours and not report.gaps, report
+        return time.perf_counter() - began, log
+
+    def queries_alone(log) -> float:
+        with httpx.Client(base_url=args.url, timeout=600) as client:
+            began = time.perf_counter()
+            for q in log:
+                r = client.get("/api/v1/query_range", params={"query": q.query, "start": q.start, "end": q.end, "step": q.step})
+                r.raise_for_status()
+                r.read()
+            return time.perf_counter() - began
+
+    ingest_s, alone_s = [], []
+    t, log = ingest_once()
+    ingest_s.append(t)
+    rss = peak_rss_mib()  # before the queries-alone pass reads its own bodies
+    for _ in range(args.repeat):
+        alone_s.append(queries_alone(log))
+        t, _ = ingest_once()
+        ingest_s.append(t)
+    rss = max(rss, peak_rss_mib())
+    with Session(engine) as session:
+        rows = len(session.exec(select(UsageRollup)).all())
+    engine.dispose()
+    return {"ingest_s": ingest_s, "alone_s": alone_s, "queries": len(log), "rss_mib": rss, "rows": rows,
+            "points": sum(((q.end - q.start) // q.step + 1) * q.series for q in log), "hours": args.hours,
+            "first_hour": epoch(START)}
+
+
+def child_naive(args) -> dict:
+    """Pull every raw series the ingestion needs and count samples per minute with pandas."""
+    import pandas as pd
+    from prometheus_api_client import MetricRangeDataFrame, PrometheusConnect
+
+    pc = PrometheusConnect(url=args.url, timeout=600)
+    end = START + timedelta(hours=args.hours)
+    began = time.perf_counter()
+    counted = 0
+    for metric in ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                   "DCGM_FI_DEV_POWER_USAGE", "vllm:request_success_total", "vllm:e2e_request_latency_seconds_bucket"]:
+        data = pc.get_metric_range_data(metric, start_time=START, end_time=end, chunk_size=timedelta(hours=1))
+        if not data:
+            continue
+        frame = MetricRangeDataFrame(data)
+        labels = [c for c in frame.columns if c != "value"]
+        frame["minute"] = frame.index.ceil("min")
+        counts = frame.groupby(labels + ["minute"], dropna=False)["value"].count()
+        counted += int(counts.sum())
+        del frame, counts, data
+    return {"naive_s": time.perf_counter() - began, "rss_mib": peak_rss_mib(), "samples": counted,
+            "pandas": pd.__version__}
+
+
+def run_child(kind: str, url: str, args, gpus: int) -> dict:
+    cmd = [sys.executable, __file__, "--child", kind, "--url", url, "--gpus", str(gpus), "--hours", str(args.hours),
+           "--work", str(args.data_dir), "--repeat", str(args.repeat)]
+    if args.database_url:
+        cmd += ["--database-url", args.database_url]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"{kind} child failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gpus", type=int, nargs="+", default=[256, 512])
+    parser.add_argument("--hours", type=int, default=24)
+    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "chargeback-bench")
+    parser.add_argument("--database-url", default=None, help="default: a fresh SQLite file in --data-dir")
+    parser.add_argument("--repeat", type=int, default=2, help="timed passes (the minimum is reported)")
+    parser.add_argument("--skip-naive", action="store_true")
+    parser.add_argument("--child", choices=["ingest", "naive"])
+    parser.add_argument("--url")
+    parser.add_argument("--work")
+    args = parser.parse_args()
+    if args.child:
+        args.gpus = args.gpus[0]
+        result = child_ingest(args) if args.child == "ingest" else child_naive(args)
+        print(json.dumps(result))
+        return
+
+    if any(g < 256 for g in args.gpus):
+        print("note: the goal is stated for clusters of at least 256 GPUs")
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    print(f"preparing {args.hours} h of simulated history (cached in {args.data_dir})", flush=True)
+    roots = {g: prepare(args.data_dir, g, args.hours) for g in args.gpus}
+    results = {}
+    for i, gpus in enumerate(args.gpus):
+        server = serve(roots[gpus])
+        try:
+            print(f"{gpus} GPUs: ingesting {args.hours} h from {server.url}", flush=True)
+            ingest = run_child("ingest", server.url, args, gpus)
+            naive = None
+            if i == 0 and not args.skip_naive:
+                print(f"{gpus} GPUs: naive pull (get_metric_range_data + pandas)", flush=True)
+                naive = run_child("naive", server.url, args, gpus)
+            results[gpus] = (ingest, naive)
+        finally:
+            server.stop()
+
+    print()
+    print(f"{'GPUs':>6} {'queries':>8} {'points':>11} {'ingest s':>9} {'alone s':>8} {'(a) ratio':>9} "
+          f"{'(c) RSS MiB':>11} {'rows':>6}")
+    for gpus, (ing, _) in results.items():
+        best_ingest, best_alone = min(ing["ingest_s"]), min(ing["alone_s"])
+        print(f"{gpus:>6} {ing['queries']:>8} {ing['points']:>11,} {best_ingest:>9.2f} {best_alone:>8.2f} "
+              f"{best_ingest / best_alone:>9.2f} {ing['rss_mib']:>11.0f} {ing['rows']:>6}")
+    for gpus, (ing, naive) in results.items():
+        if naive:
+            print(f"(b) naive pull at {gpus} GPUs: {naive['naive_s']:.1f}s, peak RSS {naive['rss_mib']:.0f} MiB, "
+                  f"{naive['samples']:,} raw samples -> speed-up {naive['naive_s'] / min(ing['ingest_s']):.1f}x")
+    print("goals: (a) <= 1.3, (b) >= 10x, (c) < 1024 MiB and flat across sizes")
+    print(json.dumps({str(g): {"ingest": i, "naive": n} for g, (i, n) in results.items()}))
+
+
+if __name__ == "__main__":
+    main()
