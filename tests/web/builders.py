@@ -1,0 +1,42 @@
+"""Rollup rows for page tests, written straight into the tables the pages read."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from sqlmodel import Session
+
+from app.core.timeutil import floor_hour, utcnow
+from app.metrics.models import IngestHour, UsageRollup
+from app.policy.models import PolicyVersion
+
+
+def policy_version(session: Session) -> PolicyVersion:
+    """A stored policy version for rollups to reference."""
+    version = PolicyVersion(created_at=utcnow(), created_by="test", source="bootstrap",
+                            effective_from=utcnow() - timedelta(days=400), sha256="0" * 64, document="{}")
+    session.add(version)
+    session.flush()
+    return version
+
+
+def usage(session: Session, version: PolicyVersion, *, hour: datetime, tenant: str, klass: str,
+          gpu_seconds: str, pool: str = "a100", dark: bool = False) -> UsageRollup:
+    row = UsageRollup(hour=hour, pool=pool, tenant=tenant, klass=klass, dark=dark,
+                      gpu_seconds=Decimal(gpu_seconds), policy_version_id=version.id)
+    session.add(row)
+    return row
+
+
+def ingest_hour(session: Session, hour: datetime, status: str = "ok", duration_s: float = 0.5) -> IngestHour:
+    row = IngestHour(hour=hour, status=status, attempts=1, ingested_at=hour + timedelta(hours=1, minutes=2),
+                     duration_s=duration_s)
+    session.add(row)
+    return row
+
+
+def recent_hours(n: int) -> list[datetime]:
+    """The last n finished hours, oldest first."""
+    last = floor_hour(utcnow()) - timedelta(hours=1)
+    return [last - timedelta(hours=i) for i in reversed(range(n))]

@@ -1,0 +1,114 @@
+"""The first page: GPU-hours per tenant and class from the rollups, a date range, tenant members see only theirs."""
+
+import json
+import re
+from datetime import date, timedelta
+from decimal import Decimal
+
+import pytest
+
+from app.core.settings import get_settings
+from app.core.timeutil import utcnow
+from app.web import queries
+from tests.auth.fixtures import make_user, sign_in
+from tests.web import builders
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def rollups(session):
+    version = builders.policy_version(session)
+    hours = builders.recent_hours(3)
+    for hour in hours:
+        builders.usage(session, version, hour=hour, tenant="team-a", klass="inference", gpu_seconds="7200")
+        builders.usage(session, version, hour=hour, tenant="team-a", klass="training", gpu_seconds="1800", dark=True)
+        builders.usage(session, version, hour=hour, tenant="team-b", klass="training", gpu_seconds="3600")
+        builders.ingest_hour(session, hour)
+    old = utcnow() - timedelta(days=45)
+    builders.usage(session, version, hour=old.replace(minute=0, second=0, microsecond=0), tenant="team-old",
+                   klass="training", gpu_seconds="36000")
+    session.commit()
+    return hours
+
+
+def _chart(html: str) -> dict:
+    match = re.search(r'<script type="application/json" id="overview-data">(.*?)</script>', html, re.S)
+    assert match, "no chart data on the page"
+    return json.loads(match.group(1))
+
+
+async def test_overview_sums_rollups_per_tenant_and_class(client, session, rollups):
+    sign_in(client, session, make_user(session, "vic", "viewer"))
+    page = await client.get("/")
+    assert page.status_code == 200
+    chart = _chart(page.text)
+    assert chart["labels"] == ["team-a", "team-b"]  # largest first; team-old is outside the 30 days
+    assert {d["label"]: d["data"] for d in chart["datasets"]} == {"inference": [6.0, 0.0], "training": [1.5, 3.0]}
+    assert "10.5" in page.text  # grand total of GPU-hours in the table (7.5 + 3.0)
+    assert "team-old" not in page.text
+
+
+async def test_date_range_picker_and_htmx_fragment(client, session, rollups):
+    sign_in(client, session, make_user(session, "vic", "viewer"))
+    today = utcnow().astimezone(get_settings().tz).date()
+    start = (today - timedelta(days=60)).isoformat()
+    fragment = await client.get(f"/?start={start}&end={today.isoformat()}", headers={"HX-Request": "true"})
+    assert fragment.status_code == 200
+    assert "<html" not in fragment.text and "team-old" in fragment.text
+    assert _chart(fragment.text)["labels"] == ["team-old", "team-a", "team-b"]
+    bad = await client.get(f"/?start={today.isoformat()}&end={start}")
+    assert bad.status_code == 422 and "query.start" in bad.text
+    garbage = await client.get("/?start=yesterday")
+    assert garbage.status_code == 422 and "query.start" in garbage.text
+
+
+async def test_tenant_member_sees_only_own_tenants(client, session, rollups):
+    sign_in(client, session, make_user(session, "tm", "tenant", tenants=["team-b"]))
+    page = await client.get("/")
+    assert page.status_code == 200
+    assert _chart(page.text)["labels"] == ["team-b"]
+    assert "team-a" not in page.text
+    assert "Admin" not in page.text and "Policy" not in page.text  # nav shows only what the role may open
+
+
+async def test_empty_range_says_so(client, session):
+    sign_in(client, session, make_user(session, "vic", "viewer"))
+    page = await client.get("/")
+    assert page.status_code == 200
+    assert "No GPU usage has been ingested for this range yet" in page.text
+    assert 'id="overview-data"' not in page.text
+
+
+async def test_gaps_are_called_out(client, session, rollups):
+    builders.ingest_hour(session, rollups[0] - timedelta(hours=1), status="gap")
+    session.commit()
+    sign_in(client, session, make_user(session, "vic", "viewer"))
+    page = await client.get("/")
+    assert "1 hour in this range could not be read from Prometheus yet" in page.text
+
+
+def test_query_is_exact_decimal_and_filters_tenants(session, rollups):
+    tz = get_settings().tz
+    period = queries.date_range(None, None, today=utcnow().astimezone(tz).date(), tz=tz)
+    rows = queries.gpu_hours_by_tenant_class(session=session, period=period, tenants=None)
+    assert [(r.tenant, r.klass, r.gpu_hours) for r in rows] == [
+        ("team-a", "inference", Decimal("6.000")), ("team-a", "training", Decimal("1.500")),
+        ("team-b", "training", Decimal("3.000")),
+    ]
+    only_b = queries.gpu_hours_by_tenant_class(session=session, period=period, tenants=frozenset({"team-b"}))
+    assert [r.tenant for r in only_b] == ["team-b"]
+    assert queries.gpu_hours_by_tenant_class(session=session, period=period, tenants=frozenset()) == []
+
+
+def test_date_range_rules():
+    tz = get_settings().tz
+    today = date(2026, 11, 30)
+    default = queries.date_range(None, None, today=today, tz=tz)
+    assert (default.start, default.end) == (date(2026, 11, 1), today)
+    assert (default.end_utc - default.start_utc) == timedelta(days=30)
+    from app.core.errors import Invalid
+
+    with pytest.raises(Invalid) as err:
+        queries.date_range(date(2025, 1, 1), today, today=today, tz=tz)
+    assert err.value.errors[0].path == "query.end"

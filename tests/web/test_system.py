@@ -1,0 +1,82 @@
+"""/healthz and the portal's own /metrics (Prometheus text format, checked with the official parser)."""
+
+from datetime import timedelta
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.core.timeutil import utcnow
+from tests.web import builders
+
+pytestmark = pytest.mark.anyio
+
+
+def _samples(text: str) -> dict[tuple[str, tuple], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+async def test_healthz_pings_the_database(client):
+    response = await client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+async def test_healthz_503_when_the_database_is_down(app, client):
+    from sqlmodel import Session
+
+    from app.core.db import make_engine
+    from app.core.deps import get_session
+
+    dead = make_engine("postgresql://postgres@127.0.0.1:1/nowhere")
+
+    def _dead_session():
+        with Session(dead) as s:
+            yield s
+
+    app.dependency_overrides[get_session] = _dead_session
+    response = await client.get("/healthz")
+    assert response.status_code == 503
+    assert response.headers["content-type"] == "application/problem+json"
+    assert "1/nowhere" not in response.text
+
+
+async def test_metrics_report_ingestion_state_and_requests(client, session):
+    hours = builders.recent_hours(6)
+    for hour in hours[:3]:
+        builders.ingest_hour(session, hour, duration_s=0.25)
+    builders.ingest_hour(session, hours[3], status="gap")
+    builders.ingest_hour(session, hours[4], duration_s=1.5)  # newest ok hour: an hour ago, ended 0-60 min ago
+    session.commit()
+    await client.get("/healthz")
+    response = await client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=")
+    samples = _samples(response.text)
+    assert samples[("chargeback_ingestion_gap_hours", ())] == 1
+    assert samples[("chargeback_ingested_hours", ())] == 4
+    lag = samples[("chargeback_ingestion_lag_seconds", ())]
+    expected = (utcnow() - (hours[4] + timedelta(hours=1))).total_seconds()
+    assert abs(lag - expected) < 60
+    assert samples[("chargeback_ingest_last_duration_seconds", ())] == 1.5
+    key = ("chargeback_http_requests_total", (("method", "GET"), ("route", "/healthz"), ("status", "200")))
+    assert samples[key] >= 1
+    assert ("chargeback_http_request_duration_seconds_count", (("method", "GET"), ("route", "/healthz"))) in samples
+
+
+async def test_metrics_label_routes_by_template_not_raw_path(client):
+    for token_id in (11, 12, 13):
+        await client.delete(f"/api/v1/tokens/{token_id}")
+    text = (await client.get("/metrics")).text
+    assert 'route="/api/v1/tokens/{token_id}"' in text
+    assert "/api/v1/tokens/11" not in text
+
+
+async def test_metrics_without_any_ingested_hour(client):
+    samples = _samples((await client.get("/metrics")).text)
+    assert samples[("chargeback_ingested_hours", ())] == 0
+    lag = samples[("chargeback_ingestion_lag_seconds", ())]
+    assert lag != lag  # NaN: unknown, not "no lag"
