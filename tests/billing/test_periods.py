@@ -212,3 +212,19 @@ def test_policy_change_mid_month_splits_lines(session):
     # 1.30/h before, 1.60/h after: 0.7 GPU-h each
     assert [l.amount for l in busy] == [D("0.91"), D("1.12")]
     assert platform_statement(load_view(session=session, period=row))["conserved"]
+
+
+def test_months_follow_the_billing_timezone(monkeypatch):
+    from app.core.settings import get_settings
+
+    monkeypatch.setenv("CHARGEBACK_BILLING_TIMEZONE", "Asia/Shanghai")
+    get_settings.cache_clear()
+    try:
+        p = periods.parse_period("2026-10")
+        assert p.start == datetime(2026, 9, 30, 16, tzinfo=UTC) and p.end == datetime(2026, 10, 31, 16, tzinfo=UTC)
+        dec = periods.parse_period("2026-12")
+        assert dec.end == datetime(2026, 12, 31, 16, tzinfo=UTC)
+    finally:
+        monkeypatch.delenv("CHARGEBACK_BILLING_TIMEZONE")
+        get_settings.cache_clear()
+    assert periods.parse_period("2026-10").start == OCT1
