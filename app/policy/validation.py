@@ -7,6 +7,11 @@ brackets, mapping keys after dots (`tenants[1].namespaces[0]`, `pools[0].reserva
 GPU model of a node or pool: a MIG node's `model`, else its pool's `gpu_model`, else the only
 model priced in `pricing.gpu_models`; when none of those resolves it, the layout cannot be
 checked and that is an error (name the model). A pool's GPUs are `len(nodes) * gpus_per_node`.
+
+An inference tenant's memory reserve is its weighted share of each pool's reserved fraction:
+reserved_fraction x pool GPUs x GPU memory x weight / sum of weights, summed over pools.
+`eviction_order` steps name a training/preprocessing tier, tenant or class, or an action
+(shrink-training-batch, suspend-training); inference is never a step.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ MIN_RESERVE_FACTOR = Decimal("1.2")
 NETWORK_CAP_WARN = Decimal("0.7")
 MAX_NUMBER = 10**12
 MAX_P99_MS = 600_000  # a P99 red line above ten minutes is a typo, not a latency objective
-GPU_RANGE_RE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+GPU_RANGE_RE = re.compile(r"^\s*([0-9]{1,4})\s*(?:-\s*([0-9]{1,4})\s*)?$")
 
 
 def path_of(*parts: str | int) -> str:
