@@ -25,9 +25,11 @@ from app.billing.models import (
 )
 from app.billing.periods import get_period, parse_period, require_started
 from app.billing.types import PLATFORM, LineKind
+from app.policy.document import UNALLOCATED
 from app.core.errors import NotFound
 
 ZERO = Decimal(0)
+NOT_TENANTS = frozenset({PLATFORM, UNALLOCATED})  # their use is on the platform statement, not an invoice
 HOURS = Decimal("0.000001")
 
 
@@ -44,7 +46,7 @@ class PeriodView:
     @property
     def tenants(self) -> list[str]:
         names = {l.account for l in self.lines} | {u.tenant for u in self.usage}
-        return sorted(names - {PLATFORM})
+        return sorted(names - NOT_TENANTS)
 
 
 def rated_period(*, session: Session, month: str) -> BillingPeriod:
@@ -120,7 +122,7 @@ def tenant_invoice(view: PeriodView, tenant: str) -> dict:
     """One tenant's invoice: its lines, GPU-hours per pool and class, efficiency, penalties, credits, total."""
     lines = [l for l in view.lines if l.account == tenant]
     usage = [u for u in view.usage if u.tenant == tenant]
-    if tenant == PLATFORM or (not lines and not usage):
+    if tenant in NOT_TENANTS or (not lines and not usage):
         raise NotFound(f"No invoice for tenant {tenant!r} in {view.period.month}")
     department = next((l.department for l in lines if l.department), "") or next((u.department for u in usage), "")
     penalties = sum((l.amount for l in lines if l.kind == LineKind.SLA_PENALTY), ZERO)
@@ -152,11 +154,11 @@ def invoice_summaries(view: PeriodView, visible: frozenset[str] | None) -> dict:
     departments: dict[str, str] = {}
     hours: dict[str, Decimal] = defaultdict(lambda: ZERO)
     for l in view.lines:
-        if l.account != PLATFORM:
+        if l.account not in NOT_TENANTS:
             totals[l.account] += l.amount
             departments.setdefault(l.account, l.department)
     for u in view.usage:
-        if u.tenant != PLATFORM:
+        if u.tenant not in NOT_TENANTS:
             hours[u.tenant] += u.busy_gpu_hours + u.dark_gpu_hours
             totals[u.tenant] += ZERO
             departments.setdefault(u.tenant, u.department)
