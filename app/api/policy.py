@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import select
 from starlette.responses import Response
@@ -25,6 +25,9 @@ from app.policy.service import active_version, get_version, latest_version, list
 from app.policy.validation import check_document
 
 router = APIRouter(prefix="/policy", tags=["policy"])
+
+MAX_ID = 2_147_483_647  # ids are 32-bit integer columns: a larger one is a 422, not a database error
+Id = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 READERS = ("operator", "reviewer", "finance", "viewer")
 Reader = Annotated[Principal, require_roles(*READERS)]
@@ -93,7 +96,7 @@ class ReleaseUpdate(Body):
 
 
 class AttachIn(Body):
-    change_id: int
+    change_id: int = Field(ge=1, le=MAX_ID)
 
 
 class ApplyIn(Body):
@@ -197,7 +200,7 @@ def active(session: SessionDep, _: Reader) -> dict:
 
 
 @router.get("/versions/{number}", summary="One version, its document and its diff against the previous version")
-def version(number: int, session: SessionDep, _: Reader) -> dict:
+def version(number: Id, session: SessionDep, _: Reader) -> dict:
     from app.policy.diff import diff
 
     found = get_version(session=session, number=number)
@@ -210,14 +213,14 @@ def version(number: int, session: SessionDep, _: Reader) -> dict:
 
 
 @router.get("/versions/{number}/artifacts", summary="The rendered artifacts of a version, file by file")
-def artifacts(number: int, session: SessionDep, _: Reader) -> dict:
+def artifacts(number: Id, session: SessionDep, _: Reader) -> dict:
     files, bundle = releases.artifacts_for(session=session, version_id=number)
     return {"version": number, "files": files, "bundle": f"/api/v1/policy/versions/{number}/artifacts.zip"}
 
 
 @router.get("/versions/{number}/artifacts.zip", summary="The artifact bundle of a version (zip)",
             response_class=Response, responses={200: {"content": {"application/zip": {}}}})
-def artifacts_zip(number: int, session: SessionDep, _: Reader) -> Response:
+def artifacts_zip(number: Id, session: SessionDep, _: Reader) -> Response:
     _, bundle = releases.artifacts_for(session=session, version_id=number)
     return Response(bundle, media_type="application/zip",
                     headers={"Content-Disposition": f'attachment; filename="policy-v{number}.zip"'})
@@ -248,54 +251,54 @@ def create_change(body: ChangeIn, session: SessionDep, user: Operator, peaks: Pe
 
 
 @router.get("/changes/{change_id}", summary="A change request with its validation, diff, comments and decisions")
-def show_change(change_id: int, session: SessionDep, _: Reader, peaks: PeaksDep) -> dict:
+def show_change(change_id: Id, session: SessionDep, _: Reader, peaks: PeaksDep) -> dict:
     return change_out(session, changes.get_change(session=session, change_id=change_id), detail=True, peaks=peaks)
 
 
 @router.get("/changes/{change_id}/preview", summary="Validation, diff, capacity impact and invoice impact")
-def preview_change(change_id: int, session: SessionDep, _: Reader, peaks: PeaksDep,
+def preview_change(change_id: Id, session: SessionDep, _: Reader, peaks: PeaksDep,
                    month: Annotated[str | None, Query(description="Billing month to re-rate, YYYY-MM (default: last month)")] = None) -> dict:
     change = changes.get_change(session=session, change_id=change_id)
     return changes_preview.preview(session=session, change=change, measured_peaks=peaks, month=month)
 
 
 @router.patch("/changes/{change_id}", summary="Edit a draft (author only; 409 once submitted)")
-def update_change(change_id: int, body: ChangeUpdate, session: SessionDep, user: Operator, peaks: PeaksDep) -> dict:
+def update_change(change_id: Id, body: ChangeUpdate, session: SessionDep, user: Operator, peaks: PeaksDep) -> dict:
     change = changes.update_change(session=session, change_id=change_id, actor=user.name, title=body.title,
                                    justification=body.justification, document=body.document)
     return change_out(session, change, detail=True, peaks=peaks)
 
 
 @router.post("/changes/{change_id}/submit", summary="Submit for review; 422 with field paths while the document has errors")
-def submit_change(change_id: int, session: SessionDep, user: Operator, peaks: PeaksDep) -> dict:
+def submit_change(change_id: Id, session: SessionDep, user: Operator, peaks: PeaksDep) -> dict:
     return change_out(session, changes.submit(session=session, change_id=change_id, actor=user.name, measured_peaks=peaks))
 
 
 @router.post("/changes/{change_id}/approve", summary="Approve (a reviewer who is not the author)")
-def approve_change(change_id: int, session: SessionDep, user: Reviewer, body: DecisionIn | None = None) -> dict:
+def approve_change(change_id: Id, session: SessionDep, user: Reviewer, body: DecisionIn | None = None) -> dict:
     comment = body.comment if body else ""
     return change_out(session, changes.approve(session=session, change_id=change_id, actor=user.name, comment=comment))
 
 
 @router.post("/changes/{change_id}/reject", summary="Reject (a reviewer who is not the author)")
-def reject_change(change_id: int, session: SessionDep, user: Reviewer, body: DecisionIn | None = None) -> dict:
+def reject_change(change_id: Id, session: SessionDep, user: Reviewer, body: DecisionIn | None = None) -> dict:
     comment = body.comment if body else ""
     return change_out(session, changes.reject(session=session, change_id=change_id, actor=user.name, comment=comment))
 
 
 @router.post("/changes/{change_id}/withdraw", summary="Withdraw (author only)")
-def withdraw_change(change_id: int, session: SessionDep, user: Operator) -> dict:
+def withdraw_change(change_id: Id, session: SessionDep, user: Operator) -> dict:
     return change_out(session, changes.withdraw(session=session, change_id=change_id, actor=user.name))
 
 
 @router.post("/changes/{change_id}/comments", status_code=201, summary="Comment on a change request")
-def comment_change(change_id: int, body: CommentIn, session: SessionDep, user: Reader) -> dict:
+def comment_change(change_id: Id, body: CommentIn, session: SessionDep, user: Reader) -> dict:
     comment = changes.add_comment(session=session, change_id=change_id, actor=user.name, body=body.body)
     return {"id": comment.id, "author": comment.author, "body": comment.body, "created_at": comment.created_at}
 
 
 @router.post("/changes/{change_id}/rebase", summary="Three-way merge onto the current version; conflicts listed field by field")
-def rebase_change(change_id: int, session: SessionDep, user: Operator) -> dict:
+def rebase_change(change_id: Id, session: SessionDep, user: Operator) -> dict:
     return changes.rebase(session=session, change_id=change_id, actor=user.name)
 
 
@@ -315,37 +318,37 @@ def create_release(body: ReleaseIn, session: SessionDep, user: Operator) -> dict
 
 
 @router.get("/releases/{release_id}", summary="One release and its change requests")
-def show_release(release_id: int, session: SessionDep, _: Reader) -> dict:
+def show_release(release_id: Id, session: SessionDep, _: Reader) -> dict:
     return release_out(session, releases.get_release(session=session, release_id=release_id))
 
 
 @router.patch("/releases/{release_id}", summary="Edit a planned release")
-def update_release(release_id: int, body: ReleaseUpdate, session: SessionDep, user: Operator) -> dict:
+def update_release(release_id: Id, body: ReleaseUpdate, session: SessionDep, user: Operator) -> dict:
     release = releases.update_release(session=session, release_id=release_id, actor=user.name, name=body.name,
                                       service=body.service, planned_at=body.planned_at)
     return release_out(session, release)
 
 
 @router.delete("/releases/{release_id}", status_code=204, summary="Delete a planned release")
-def delete_release(release_id: int, session: SessionDep, user: Operator) -> Response:
+def delete_release(release_id: Id, session: SessionDep, user: Operator) -> Response:
     releases.delete_release(session=session, release_id=release_id, actor=user.name)
     return Response(status_code=204)
 
 
 @router.post("/releases/{release_id}/changes", status_code=201, summary="Attach an approved change request")
-def attach_change(release_id: int, body: AttachIn, session: SessionDep, user: Operator) -> dict:
+def attach_change(release_id: Id, body: AttachIn, session: SessionDep, user: Operator) -> dict:
     releases.attach(session=session, release_id=release_id, change_id=body.change_id, actor=user.name)
     return release_out(session, releases.get_release(session=session, release_id=release_id))
 
 
 @router.delete("/releases/{release_id}/changes/{change_id}", summary="Detach a change request from a planned release")
-def detach_change(release_id: int, change_id: int, session: SessionDep, user: Operator) -> dict:
+def detach_change(release_id: Id, change_id: Id, session: SessionDep, user: Operator) -> dict:
     releases.detach(session=session, release_id=release_id, change_id=change_id, actor=user.name)
     return release_out(session, releases.get_release(session=session, release_id=release_id))
 
 
 @router.post("/releases/{release_id}/apply", summary="Apply policy: the release's requests become the active version")
-def apply_release(release_id: int, body: ApplyIn, session: SessionDep, user: Operator) -> dict:
+def apply_release(release_id: Id, body: ApplyIn, session: SessionDep, user: Operator) -> dict:
     version = releases.apply_release(session=session, release_id=release_id, actor=user.name,
                                      effective_from=body.effective_from)
     release = releases.get_release(session=session, release_id=release_id)
@@ -353,12 +356,12 @@ def apply_release(release_id: int, body: ApplyIn, session: SessionDep, user: Ope
 
 
 @router.post("/releases/{release_id}/deploy", summary="Mark deployed (only after apply)")
-def deploy_release(release_id: int, session: SessionDep, user: Operator) -> dict:
+def deploy_release(release_id: Id, session: SessionDep, user: Operator) -> dict:
     return release_out(session, releases.deploy_release(session=session, release_id=release_id, actor=user.name))
 
 
 @router.post("/releases/{release_id}/rollback", summary="A new version equal to the one before the release")
-def rollback_release(release_id: int, session: SessionDep, user: Operator, body: RollbackIn | None = None) -> dict:
+def rollback_release(release_id: Id, session: SessionDep, user: Operator, body: RollbackIn | None = None) -> dict:
     version = releases.rollback_release(session=session, release_id=release_id, actor=user.name,
                                         effective_from=body.effective_from if body else None)
     release = releases.get_release(session=session, release_id=release_id)

@@ -84,8 +84,13 @@ def snapshot(change: ChangeRequest) -> dict[str, Any]:
     }
 
 
+def storable(**fields: str | None) -> list[FieldError]:
+    """Text PostgreSQL can store: no NUL characters (it refuses them; better a 422 naming the field than a 500)."""
+    return [FieldError(name, "must not contain NUL characters") for name, value in fields.items() if value and "\x00" in value]
+
+
 def _check_text(title: str | None, justification: str | None, document: str | None) -> list[FieldError]:
-    errors = []
+    errors = storable(title=title, justification=justification, document=document)
     if title is not None:
         if not title.strip():
             errors.append(FieldError("title", "required"))
@@ -226,6 +231,8 @@ def approve(
     """Record a reviewer's approval (never the author's); the request is approved at the required count."""
     change = get_change(session=session, change_id=change_id)
     required = max(1, required if required is not None else get_settings().required_approvals)
+    if storable(comment=comment):
+        raise Invalid("the comment cannot be stored", storable(comment=comment))
     before = snapshot(change)
     _decide(session, change, actor, "approve", comment)
     # One statement counts the approval and, at the threshold, approves: concurrent approvals
@@ -246,6 +253,8 @@ def approve(
 def reject(*, session: Session, change_id: int, actor: str, comment: str = "") -> ChangeRequest:
     """A reviewer (never the author) rejects a submitted request."""
     change = get_change(session=session, change_id=change_id)
+    if storable(comment=comment):
+        raise Invalid("the comment cannot be stored", storable(comment=comment))
     before = snapshot(change)
     _decide(session, change, actor, "reject", comment)
     _transition(session, change, allowed=(ChangeState.SUBMITTED,), verb="rejected",
@@ -275,6 +284,8 @@ def withdraw(*, session: Session, change_id: int, actor: str) -> ChangeRequest:
 def add_comment(*, session: Session, change_id: int, actor: str, body: str) -> ChangeComment:
     """Anyone who can read the request may comment on it, in any state."""
     change = get_change(session=session, change_id=change_id)
+    if storable(body=body):
+        raise Invalid("the comment cannot be stored", storable(body=body))
     if not body or not body.strip():
         raise Invalid("the comment is empty", [FieldError("body", "required")])
     if len(body) > 20_000:
@@ -364,6 +375,9 @@ def audit_entries(
     from app.core.audit import AuditEntry
     from app.core.timeutil import aware
 
+    bad = storable(**{"query.actor": actor, "query.action": action, "query.entity": entity, "query.entity_id": entity_id})
+    if bad:
+        raise Invalid("a filter contains a NUL character", bad)
     stmt = select(AuditEntry).order_by(AuditEntry.id.desc())
     if actor:
         stmt = stmt.where(AuditEntry.actor == actor)
@@ -380,6 +394,8 @@ def audit_entries(
     if cursor:
         try:
             before_id = int(base64.urlsafe_b64decode(cursor.encode() + b"==").decode())
+            if not 0 < before_id < 2**63:
+                raise ValueError(before_id)
         except (ValueError, binascii.Error, UnicodeDecodeError):
             raise Invalid("the cursor is not one this API issued", [FieldError("query.cursor", "invalid cursor")]) from None
         stmt = stmt.where(AuditEntry.id < before_id)

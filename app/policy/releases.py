@@ -22,7 +22,7 @@ from app.core.audit import record
 from app.core.db import is_postgres
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
 from app.core.timeutil import aware, utcnow
-from app.policy.changes import current_version, get_change, validation
+from app.policy.changes import current_version, get_change, storable, validation
 from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
 from app.policy.review_models import ChangeRequest, ChangeState, PolicyArtifact, Release, ReleaseChange, ReleaseState
@@ -83,7 +83,7 @@ def attached(*, session: Session, release_id: int) -> list[ChangeRequest]:
 
 
 def _check_fields(name: str | None, service: str | None) -> None:
-    errors = []
+    errors = storable(name=name, service=service)
     if name is not None and not name.strip():
         errors.append(FieldError("name", "required"))
     if service is not None and not service.strip():
@@ -132,6 +132,8 @@ def update_release(
         values["service"] = service.strip()
     if planned_at is not None:
         values["planned_at"] = aware(planned_at)
+    if not values:
+        raise Invalid("nothing to change", [FieldError("body", "give name, service or planned_at")])
     before = snapshot(release)
     _transition(session, release, allowed=(ReleaseState.PLANNED,), verb="edited", **values)
     record(session=session, actor=actor, action="release.update", entity=ENTITY, entity_id=str(release.id),

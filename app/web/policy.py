@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from starlette.responses import RedirectResponse, Response
 
-from app.api.policy import READERS, PeaksDep
+from app.api.policy import MAX_ID, READERS, Id, PeaksDep
 from app.auth.deps import Principal, require_roles
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid
@@ -89,7 +89,7 @@ def history(request: Request, session: SessionDep, user: Reader) -> Response:
 
 
 @router.get("/versions/{number}")
-def version_page(number: int, request: Request, session: SessionDep, user: Reader) -> Response:
+def version_page(number: Id, request: Request, session: SessionDep, user: Reader) -> Response:
     from sqlmodel import select
 
     from app.policy.diff import diff
@@ -141,7 +141,7 @@ def validate_fragment(request: Request, user: Reader, peaks: PeaksDep, document:
 
 
 @router.get("/changes/{change_id}")
-def change_page(change_id: int, request: Request, session: SessionDep, user: Reader, peaks: PeaksDep,
+def change_page(change_id: Id, request: Request, session: SessionDep, user: Reader, peaks: PeaksDep,
                 month: str | None = None) -> Response:
     change = changes.get_change(session=session, change_id=change_id)
     from sqlmodel import select
@@ -163,7 +163,7 @@ def change_page(change_id: int, request: Request, session: SessionDep, user: Rea
 
 
 @router.get("/changes/{change_id}/edit")
-def change_edit(change_id: int, request: Request, session: SessionDep, user: Operator) -> Response:
+def change_edit(change_id: Id, request: Request, session: SessionDep, user: Operator) -> Response:
     change = changes.get_change(session=session, change_id=change_id)
     if change.state != ChangeState.DRAFT:
         return _redirect(request, f"/policy/changes/{change.id}")
@@ -174,7 +174,7 @@ def change_edit(change_id: int, request: Request, session: SessionDep, user: Ope
 
 
 @router.post("/changes/{change_id}")
-def change_update(change_id: int, request: Request, session: SessionDep, user: Operator, title: Text = "",
+def change_update(change_id: Id, request: Request, session: SessionDep, user: Operator, title: Text = "",
                   justification: Text = "", document: Text = "") -> Response:
     changes.update_change(session=session, change_id=change_id, actor=user.name, title=title,
                           justification=justification, document=document)
@@ -182,31 +182,31 @@ def change_update(change_id: int, request: Request, session: SessionDep, user: O
 
 
 @router.post("/changes/{change_id}/submit")
-def change_submit(change_id: int, request: Request, session: SessionDep, user: Operator, peaks: PeaksDep) -> Response:
+def change_submit(change_id: Id, request: Request, session: SessionDep, user: Operator, peaks: PeaksDep) -> Response:
     changes.submit(session=session, change_id=change_id, actor=user.name, measured_peaks=peaks)
     return _redirect(request, f"/policy/changes/{change_id}")
 
 
 @router.post("/changes/{change_id}/approve")
-def change_approve(change_id: int, request: Request, session: SessionDep, user: Reviewer, comment: Text = "") -> Response:
+def change_approve(change_id: Id, request: Request, session: SessionDep, user: Reviewer, comment: Text = "") -> Response:
     changes.approve(session=session, change_id=change_id, actor=user.name, comment=comment)
     return _redirect(request, f"/policy/changes/{change_id}")
 
 
 @router.post("/changes/{change_id}/reject")
-def change_reject(change_id: int, request: Request, session: SessionDep, user: Reviewer, comment: Text = "") -> Response:
+def change_reject(change_id: Id, request: Request, session: SessionDep, user: Reviewer, comment: Text = "") -> Response:
     changes.reject(session=session, change_id=change_id, actor=user.name, comment=comment)
     return _redirect(request, f"/policy/changes/{change_id}")
 
 
 @router.post("/changes/{change_id}/withdraw")
-def change_withdraw(change_id: int, request: Request, session: SessionDep, user: Operator) -> Response:
+def change_withdraw(change_id: Id, request: Request, session: SessionDep, user: Operator) -> Response:
     changes.withdraw(session=session, change_id=change_id, actor=user.name)
     return _redirect(request, f"/policy/changes/{change_id}")
 
 
 @router.post("/changes/{change_id}/rebase")
-def change_rebase(change_id: int, request: Request, session: SessionDep, user: Operator) -> Response:
+def change_rebase(change_id: Id, request: Request, session: SessionDep, user: Operator) -> Response:
     result = changes.rebase(session=session, change_id=change_id, actor=user.name)
     if result.get("conflicts"):
         change = changes.get_change(session=session, change_id=change_id)
@@ -216,7 +216,7 @@ def change_rebase(change_id: int, request: Request, session: SessionDep, user: O
 
 
 @router.post("/changes/{change_id}/comments")
-def change_comment(change_id: int, request: Request, session: SessionDep, user: Reader, body: Text = "") -> Response:
+def change_comment(change_id: Id, request: Request, session: SessionDep, user: Reader, body: Text = "") -> Response:
     changes.add_comment(session=session, change_id=change_id, actor=user.name, body=body)
     return _redirect(request, f"/policy/changes/{change_id}#comments")
 
@@ -251,34 +251,34 @@ def release_create(request: Request, session: SessionDep, user: Operator, name: 
 
 
 @router.post("/releases/{release_id}/attach")
-def release_attach(release_id: int, request: Request, session: SessionDep, user: Operator, change_id: Text = "") -> Response:
-    if not change_id.strip().isdigit():
+def release_attach(release_id: Id, request: Request, session: SessionDep, user: Operator, change_id: Text = "") -> Response:
+    if not change_id.strip().isdigit() or not 1 <= int(change_id) <= MAX_ID:
         raise Invalid("choose an approved change request", [FieldError("change_id", "required")])
     releases.attach(session=session, release_id=release_id, change_id=int(change_id), actor=user.name)
     return _redirect(request, "/policy/releases")
 
 
 @router.post("/releases/{release_id}/detach/{change_id}")
-def release_detach(release_id: int, change_id: int, request: Request, session: SessionDep, user: Operator) -> Response:
+def release_detach(release_id: Id, change_id: Id, request: Request, session: SessionDep, user: Operator) -> Response:
     releases.detach(session=session, release_id=release_id, change_id=change_id, actor=user.name)
     return _redirect(request, "/policy/releases")
 
 
 @router.post("/releases/{release_id}/apply")
-def release_apply(release_id: int, request: Request, session: SessionDep, user: Operator, effective_from: Text = "") -> Response:
+def release_apply(release_id: Id, request: Request, session: SessionDep, user: Operator, effective_from: Text = "") -> Response:
     releases.apply_release(session=session, release_id=release_id, actor=user.name,
                            effective_from=_required_when(effective_from, "effective_from"))
     return _redirect(request, "/policy/releases")
 
 
 @router.post("/releases/{release_id}/deploy")
-def release_deploy(release_id: int, request: Request, session: SessionDep, user: Operator) -> Response:
+def release_deploy(release_id: Id, request: Request, session: SessionDep, user: Operator) -> Response:
     releases.deploy_release(session=session, release_id=release_id, actor=user.name)
     return _redirect(request, "/policy/releases")
 
 
 @router.post("/releases/{release_id}/rollback")
-def release_rollback(release_id: int, request: Request, session: SessionDep, user: Operator, effective_from: Text = "") -> Response:
+def release_rollback(release_id: Id, request: Request, session: SessionDep, user: Operator, effective_from: Text = "") -> Response:
     releases.rollback_release(session=session, release_id=release_id, actor=user.name,
                               effective_from=_when(effective_from, "effective_from"))
     return _redirect(request, "/policy/releases")

@@ -197,3 +197,25 @@ async def test_rebase_via_api(client, auth, v1, fresh_engine):
     assert result["rebased"] is False
     assert result["conflicts"] == [{"path": "sla[search-chat].p99_ms", "base": "300", "ours": "200", "theirs": "250"}]
     assert (await client.post(f"{API}/changes/{clean['id']}/rebase", headers=auth["rita"])).status_code == 403
+
+
+async def test_hostile_input_is_a_4xx_never_a_500(client, auth, v1):
+    change = await new_change(client, auth, v1, who="ada")
+    cases = [
+        ("get", f"{API}/changes/99999999999999999999", None, 422),
+        ("get", f"{API}/versions/0", None, 422),
+        ("get", f"{API}/changes/2147483647", None, 404),
+        ("post", f"{API}/changes", {"title": "a\x00b", "justification": "j"}, 422),
+        ("patch", f"{API}/changes/{change['id']}", {"justification": "\x00"}, 422),
+        ("post", f"{API}/changes/{change['id']}/comments", {"body": "\x00"}, 422),
+        ("post", f"{API}/releases", {"name": "\x00", "service": "s", "planned_at": "2026-12-01T09:00:00Z"}, 422),
+        ("post", f"{API}/releases", {"name": "r", "service": "s", "planned_at": "tomorrow"}, 422),
+        ("post", f"{API}/releases/1/changes", {"change_id": 10**20}, 422),
+        ("get", f"{API}/audit?actor=%00", None, 422),
+        ("get", f"{API}/audit?cursor=OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5", None, 422),
+        ("post", f"{API}/changes/{change['id']}/approve", {"comment": 5}, 422),
+    ]
+    for method, url, body, status in cases:
+        response = await client.request(method, url, headers=auth["ada"], json=body)
+        assert response.status_code == status, (method, url, response.text)
+        assert response.headers["content-type"].startswith("application/problem+json")
