@@ -137,3 +137,22 @@ async def test_releases_board_gate(browser, v1, fresh_engine):
         assert response.status_code == 200, page
     assert "release.deploy" in (await vic.get("/policy/audit?action=release.")).text
     assert "guaranteed_gpus" in (await vic.get("/policy/versions")).text
+
+
+async def test_broken_draft_page_and_rebase_conflicts_page(browser, v1, fresh_engine):
+    from app.policy.service import import_version
+    from app.policy.validation import parse_document
+    from tests.policy.review_builders import set_p99
+
+    olga, csrf = await browser("olga", "operator")
+    broken = await post(olga, "/policy/changes", csrf, title="wip", justification="later", document="tenants: [")
+    page = await olga.get(broken.headers["location"])
+    assert page.status_code == 200 and "alert-error" in page.text
+    created = await post(olga, "/policy/changes", csrf, title="p99", justification="tighter", document=edited(v1, set_p99(200)))
+    url = created.headers["location"]
+    with unit_of_work(fresh_engine) as session:
+        import_version(session=session, document=parse_document(edited(v1, set_p99(250))), actor="ops", source="change",
+                       effective_from=v1.effective_from.replace(month=3))
+    assert "must be rebased" in (await olga.get(url)).text
+    conflict = await post(olga, f"{url}/rebase", csrf)
+    assert conflict.status_code == 409 and "sla[search-chat].p99_ms" in conflict.text
