@@ -1,0 +1,100 @@
+"""A member of one tenant never reads another tenant's data, by any route, HTML or JSON.
+
+Routes are taken from the app's route table, so billing and usage routes added later are covered
+without editing this file: every GET route with a `{tenant}` parameter must answer 404 for a
+foreign tenant (the same answer as an unknown one), and no GET route may mention a foreign tenant.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+import pytest
+from fastapi.routing import iter_route_contexts
+
+from app.billing import periods
+from app.main import create_app
+from tests.auth.fixtures import make_user, sign_in
+from tests.billing.builders import add_hour, store_policy
+
+pytestmark = pytest.mark.anyio
+OWN, FOREIGN = "search", ("vision", "etl")
+MONTH = "2026-10"
+# Query strings a route needs to return data for the seeded month (routes not listed need none).
+QUERY = {
+    "/": "start=2026-10-01&end=2026-10-31",
+    "/api/v1/usage": "start=2026-10-01T00:00:00Z&end=2026-11-01T00:00:00Z&group_by=tenant",
+}
+SKIP = {"/api/v1/openapi.json", "/api/v1/docs", "/docs/oauth2-redirect", "/login", "/metrics", "/healthz"}
+
+
+@pytest.fixture
+def rated_month(session):
+    version = store_policy(session)
+    add_hour(session, hour=datetime(2026, 10, 1, tzinfo=UTC), version=version.id)
+    periods.rate(session=session, period=MONTH, actor="test")
+    session.commit()
+
+
+def get_routes() -> list[str]:
+    paths = set()
+    for route in iter_route_contexts(create_app().routes):
+        if "GET" in (route.methods or ()) and route.path not in SKIP:
+            paths.add(route.path)
+    return sorted(paths)
+
+
+def _url(path: str, tenant: str) -> str:
+    filled = re.sub(r"\{(\w+)(:\w+)?\}", lambda m: {"tenant": tenant, "period": MONTH}.get(m.group(1), "1"), path)
+    return filled + ("?" + QUERY[path] if path in QUERY else "")
+
+
+def _mentions_foreign(text: str) -> list[str]:
+    return [t for t in FOREIGN if re.search(rf"\b{t}\b", text)]
+
+
+async def test_foreign_tenant_is_404_by_every_tenant_route(client, session, rated_month):
+    tenant_routes = [p for p in get_routes() if "{tenant}" in p]
+    assert tenant_routes, "expected invoice routes with a {tenant} parameter"
+    viewer = make_user(session, "staff", "viewer")
+    member = make_user(session, "member", "tenant", tenants=[OWN])
+    failures = []
+    for path in tenant_routes:
+        sign_in(client, session, viewer)
+        staff_view = await client.get(_url(path, FOREIGN[0]))
+        if staff_view.status_code != 200:
+            failures.append(f"{path}: staff should read {FOREIGN[0]}, got {staff_view.status_code}")
+        sign_in(client, session, member)
+        own = await client.get(_url(path, OWN))
+        if own.status_code != 200:
+            failures.append(f"{path}: member should read its own tenant, got {own.status_code}")
+        for foreign in (*FOREIGN, "no-such-tenant"):
+            response = await client.get(_url(path, foreign))
+            if response.status_code != 404:
+                failures.append(f"{path} as member for {foreign}: expected 404, got {response.status_code}")
+    assert not failures, "\n".join(failures)
+
+
+async def test_no_route_mentions_a_foreign_tenant(client, session, rated_month):
+    member = make_user(session, "member", "tenant", tenants=[OWN])
+    failures, readable = [], 0
+    for path in get_routes():
+        sign_in(client, session, member)
+        response = await client.get(_url(path, OWN))
+        if response.status_code == 200:
+            readable += 1
+            leaked = _mentions_foreign(response.text)
+            if leaked:
+                failures.append(f"{path}: mentions {', '.join(leaked)}")
+        elif response.status_code not in (403, 404):
+            failures.append(f"{path}: unexpected {response.status_code}")
+    assert readable >= 3  # the overview, the invoice list and the own invoice at least
+    assert not failures, "\n".join(failures)
+
+
+async def test_same_routes_do_show_other_tenants_to_staff(client, session, rated_month):
+    """The check above can fail: staff reading the same routes do see the other tenants."""
+    sign_in(client, session, make_user(session, "staff", "viewer"))
+    page = await client.get(_url("/", OWN))
+    assert _mentions_foreign(page.text) == list(FOREIGN)

@@ -1,0 +1,150 @@
+"""A real uvicorn and headless chromium: sign in, the overview draws its chart from ingested simulator data.
+
+Screenshots go to artifacts/screenshots/ (overview.png at 1280 px, overview-phone.png at 390 px).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import sync_playwright
+
+from app.auth import service
+from app.core.db import make_engine, unit_of_work
+from app.core.timeutil import floor_hour, utcnow
+from app.metrics.ingest import ingest_hours
+from app.metrics.simulator import Simulator
+from app.metrics.simulator.policy import seed_policy
+from app.policy.service import import_version
+from tests.support.databases import migrated, new_sqlite_database
+
+pytestmark = pytest.mark.browser
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "artifacts" / "screenshots"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+PASSWORD = "browser-test-passphrase"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def portal(tmp_path_factory):
+    """A seeded SQLite portal (48 simulator hours, an admin) served by a real uvicorn process."""
+    url = migrated(new_sqlite_database(tmp_path_factory.mktemp("browser")))
+    engine = make_engine(url)
+    sim = Simulator(seed=42, gpus=32, scrape_interval_s=30)
+    end = floor_hour(utcnow())
+    start = end - timedelta(hours=48)
+    with unit_of_work(engine) as session:
+        import_version(session=session, document=seed_policy(sim), actor="test", effective_from=start - timedelta(days=1))
+        service.create_user(session=session, name="ada", role="admin", password=PASSWORD, actor="test")
+    with unit_of_work(engine) as session:
+        report = ingest_hours(session=session, source=sim.source(), start=start, end=end, scrape_interval_s=30)
+    assert len(report.ok) == 48 and not report.gaps
+    engine.dispose()
+
+    port = _free_port()
+    env = {**os.environ, "CHARGEBACK_DATABASE_URL": url}
+    log = open(tmp_path_factory.mktemp("uvicorn") / "uvicorn.log", "w+")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.seek(0)
+                pytest.fail(f"uvicorn did not come up:\n{log.read()}")
+            time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.seek(0)
+        server_log = log.read()
+        log.close()
+        assert "Traceback" not in server_log, server_log
+        assert PASSWORD not in server_log
+
+
+def _sign_in(page, base: str) -> None:
+    page.goto(f"{base}/")
+    assert page.url.startswith(f"{base}/login?next=")
+    page.fill("#username", "ada")
+    page.fill("#password", PASSWORD)
+    page.click("button[type=submit]")
+    # argon2 verification takes a second or more on a busy 2-core machine; allow for it.
+    page.wait_for_url(f"{base}/", timeout=60000)
+
+
+def _chart_totals(page) -> dict:
+    page.wait_for_selector("canvas#overview-chart[data-rendered=true]", timeout=15000)
+    return page.evaluate(
+        """() => {
+            const chart = Chart.getChart(document.getElementById('overview-chart'));
+            const total = chart.data.datasets.reduce((s, d) => s + d.data.reduce((a, b) => a + b, 0), 0);
+            return {labels: chart.data.labels, datasets: chart.data.datasets.length, total: total,
+                    width: chart.width, height: chart.height};
+        }"""
+    )
+
+
+def test_sign_in_and_overview_chart(portal):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            problems: list[str] = []
+            page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            _sign_in(page, portal)
+            chart = _chart_totals(page)
+            assert chart["datasets"] >= 2 and len(chart["labels"]) >= 3
+            assert chart["total"] > 100  # 32 GPUs for 48 hours: well over 100 GPU-hours attributed
+            assert chart["width"] > 600 and chart["height"] >= 220
+            assert page.locator("table.numbers tbody tr").count() == len(chart["labels"])
+            page.screenshot(path=str(SHOTS / "overview.png"), full_page=True)
+
+            # The range picker swaps the content in place (htmx) and redraws the chart.
+            page.fill("#start", (utcnow() - timedelta(days=1)).date().isoformat())
+            page.click(".range-picker button")
+            page.wait_for_function("() => location.search.includes('start=')")
+            narrowed = _chart_totals(page)
+            assert 0 < narrowed["total"] <= chart["total"]
+
+            # Keyboard users: the first Tab lands on the skip link.
+            page.goto(f"{portal}/")
+            page.keyboard.press("Tab")
+            assert page.evaluate("document.activeElement.className") == "skip-link"
+
+            phone = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2)
+            phone.on("pageerror", lambda e: problems.append(f"phone page error: {e}"))
+            _sign_in(phone, portal)
+            _chart_totals(phone)
+            overflow = phone.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 0, f"page is {overflow}px wider than a phone screen"
+            phone.screenshot(path=str(SHOTS / "overview-phone.png"), full_page=True)
+            assert not problems, problems
+        finally:
+            browser.close()
