@@ -21,7 +21,7 @@ from sqlmodel import Session, select
 from app.core.audit import record
 from app.core.db import is_postgres
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
-from app.core.timeutil import aware, utcnow
+from app.core.timeutil import aware, floor_hour, utcnow
 from app.policy.changes import current_version, get_change, storable, validation
 from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
@@ -218,6 +218,17 @@ def artifacts_for(*, session: Session, version_id: int) -> tuple[dict[str, str],
     return render_bundle(doc, version.id), bundle_zip(doc, version.id)
 
 
+def _not_in_the_past(when: datetime) -> datetime:
+    """Policy changes go forward: hours already ingested carry the version that was in effect for them."""
+    when = aware(when)
+    if when < floor_hour(utcnow()):
+        raise Invalid(
+            f"effective_from {when.isoformat()} is in the past",
+            [FieldError("effective_from", f"must be {floor_hour(utcnow()).isoformat()} (this hour) or later")],
+        )
+    return when
+
+
 def _combined_document(session: Session, changes: list[ChangeRequest], current: PolicyVersion) -> PolicyDocument:
     """One document from every request of the release: each is merged onto the others over the shared base."""
     from app.policy.diff import three_way_merge
@@ -257,7 +268,7 @@ def apply_release(*, session: Session, release_id: int, actor: str, effective_fr
 def _apply(session: Session, release_id: int, actor: str, effective_from: datetime) -> PolicyVersion:
     release = get_release(session=session, release_id=release_id)
     before = snapshot(release)
-    effective = aware(effective_from)
+    effective = _not_in_the_past(effective_from)
     # Claim the release first: of two operators applying at once, only one gets past this line.
     _transition(session, release, allowed=(ReleaseState.PLANNED,), verb="applied",
                 state=ReleaseState.APPLIED, applied_by=actor, applied_at=utcnow(), effective_from=effective)
@@ -328,7 +339,7 @@ def _rollback(session: Session, release_id: int, actor: str, effective_from: dat
         )
     previous = get_version(session=session, number=release.previous_version_id)
     # Never earlier than the version it replaces (versions cannot be backdated).
-    effective = max(aware(effective_from or utcnow()), aware(latest.effective_from))
+    effective = max(_not_in_the_past(effective_from or utcnow()), aware(latest.effective_from))
     version = import_version(session=session, document=load_document(previous), actor=actor, effective_from=effective,
                              source="rollback", comment=f"rollback of release {release.name}: back to version {previous.id}")
     session.execute(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -11,6 +12,7 @@ from sqlmodel import Session, select
 
 from app.core.db import unit_of_work
 from app.core.deps import get_session
+from app.core.timeutil import floor_hour, utcnow
 from app.main import create_app
 from app.policy.models import PolicyVersion
 from app.policy.review_models import ChangeRequest, ChangeState, Release, ReleaseState
@@ -18,6 +20,7 @@ from tests.auth.fixtures import BASE_URL, anyio_backend, make_user, page_csrf, s
 from tests.policy.review_builders import edited, seed, set_quota
 
 pytestmark = pytest.mark.anyio
+SOON = (floor_hour(utcnow()) + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M")
 
 
 @pytest.fixture
@@ -127,7 +130,7 @@ async def test_releases_board_gate(browser, v1, fresh_engine):
     assert (await post(olga, f"/policy/releases/{release_id}/deploy", olga_csrf)).status_code == 409
     bad = await post(olga, f"/policy/releases/{release_id}/apply", olga_csrf, effective_from="soon")
     assert bad.status_code == 422 and "effective_from" in bad.text
-    assert (await post(olga, f"/policy/releases/{release_id}/apply", olga_csrf, effective_from="2026-11-15T10:00")).status_code == 303
+    assert (await post(olga, f"/policy/releases/{release_id}/apply", olga_csrf, effective_from=SOON)).status_code == 303
     assert (await post(olga, f"/policy/releases/{release_id}/deploy", olga_csrf)).status_code == 303
     assert row(fresh_engine, Release, release_id).state == ReleaseState.DEPLOYED
     with unit_of_work(fresh_engine) as session:

@@ -5,20 +5,22 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from sqlmodel import select
 
 from app.core.audit import AuditEntry
-from app.core.errors import Conflict
+from app.core.errors import Conflict, Invalid
+from app.core.timeutil import floor_hour, utcnow
 from app.policy import changes, releases
 from app.policy.models import PolicyVersion
 from app.policy.review_models import ChangeState, PolicyArtifact, ReleaseState
 from app.policy.service import latest_version, load_document, version_at
 from tests.policy.review_builders import approved, draft, seed, set_p99, set_price
 
-PLANNED = datetime(2026, 11, 20, 9, tzinfo=UTC)
+# Changes go forward: every effective time is after the test starts.
+PLANNED = floor_hour(utcnow()) + timedelta(hours=2)
 
 
 def new_release(session, name="search v2"):
@@ -30,7 +32,7 @@ def test_apply_makes_one_active_version_with_artifacts(session):
     change = approved(session, v1)
     release = new_release(session)
     releases.attach(session=session, release_id=release.id, change_id=change.id, actor="oscar")
-    effective = datetime(2026, 11, 15, 10, tzinfo=UTC)
+    effective = PLANNED
     v2 = releases.apply_release(session=session, release_id=release.id, actor="oscar", effective_from=effective)
     assert v2.source == "change" and v2.effective_from == effective and v2.id == latest_version(session=session).id
     assert load_document(v2).quotas[0].guaranteed_gpus == 6
@@ -50,7 +52,7 @@ def test_price_change_mid_month_bills_later_hours_with_new_version(session):
     change = approved(session, v1, edit=set_price("0.35"))
     release = new_release(session)
     releases.attach(session=session, release_id=release.id, change_id=change.id, actor="oscar")
-    effective = datetime(2026, 11, 15, 10, tzinfo=UTC)
+    effective = PLANNED + timedelta(hours=5)
     v2 = releases.apply_release(session=session, release_id=release.id, actor="oscar", effective_from=effective)
     assert version_at(session=session, when=effective - timedelta(hours=1)).id == v1.id
     assert version_at(session=session, when=effective).id == v2.id
@@ -166,3 +168,18 @@ def test_stale_request_applies_after_a_clean_rebase(session):
     v3 = releases.apply_release(session=session, release_id=second.id, actor="oscar", effective_from=PLANNED + timedelta(hours=1))
     doc = load_document(v3)
     assert v3.id == v2.id + 1 and doc.quotas[0].guaranteed_gpus == 6 and doc.sla[0].p99_ms == 250
+
+
+def test_effective_time_cannot_be_in_the_past(session):
+    v1 = seed(session)
+    release = new_release(session)
+    releases.attach(session=session, release_id=release.id, change_id=approved(session, v1).id, actor="oscar")
+    with pytest.raises(Invalid) as err:
+        releases.apply_release(session=session, release_id=release.id, actor="oscar",
+                               effective_from=floor_hour(utcnow()) - timedelta(hours=1))
+    assert err.value.errors[0].path == "effective_from"
+    session.refresh(release)
+    assert release.state == ReleaseState.PLANNED
+    # The current hour is still open: a change may take effect from its start.
+    version = releases.apply_release(session=session, release_id=release.id, actor="oscar", effective_from=floor_hour(utcnow()))
+    assert version_at(session=session, when=utcnow()).id == version.id

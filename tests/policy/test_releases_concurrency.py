@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import func, text
@@ -18,13 +18,14 @@ from sqlmodel import select
 from app.core.audit import AuditEntry, record
 from app.core.db import make_engine, unit_of_work
 from app.core.errors import Conflict
+from app.core.timeutil import floor_hour, utcnow
 from app.policy import changes, releases
 from app.policy.models import PolicyVersion
 from app.policy.review_models import ChangeRequest, ChangeState
 from tests.policy.review_builders import draft, seed, set_p99
 from tests.support.databases import drop_postgres_database, migrated, new_postgres_database
 
-EFFECTIVE = datetime(2026, 11, 20, 9, tzinfo=UTC)
+EFFECTIVE = floor_hour(utcnow()) + timedelta(hours=2)
 
 
 @pytest.fixture

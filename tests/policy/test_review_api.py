@@ -16,6 +16,7 @@ from sqlmodel import Session
 from app.auth import service
 from app.core.db import unit_of_work
 from app.core.deps import get_session
+from app.core.timeutil import floor_hour, utcnow
 from app.main import create_app
 from app.policy.review_models import ChangeState
 from tests.auth.fixtures import BASE_URL, anyio_backend, make_user  # noqa: F401
@@ -23,6 +24,7 @@ from tests.policy.review_builders import edited, seed, set_p99, set_quota
 
 pytestmark = pytest.mark.anyio
 API = "/api/v1/policy"
+SOON = (floor_hour(utcnow()) + timedelta(hours=2)).isoformat()
 PEOPLE = {"olga": "operator", "otto": "operator", "rita": "reviewer", "ravi": "reviewer", "ada": "admin",
           "vic": "viewer", "fay": "finance", "tim": "tenant"}
 
@@ -147,12 +149,14 @@ async def test_release_gate_artifacts_rollback_and_audit(client, auth, v1):
     assert (await client.post(f"{API}/releases/{rid}/changes", headers=auth["otto"], json={"change_id": change["id"]})).status_code == 201
     response = await client.post(f"{API}/releases/{rid}/deploy", headers=auth["otto"])
     assert response.status_code == 409 and "apply policy first" in response.json()["detail"]
-    response = await client.post(f"{API}/releases/{rid}/apply", headers=auth["otto"], json={"effective_from": "2026-11-15T10:00:00Z"})
+    past = await client.post(f"{API}/releases/{rid}/apply", headers=auth["otto"], json={"effective_from": "2026-01-15T10:00:00Z"})
+    assert past.status_code == 422 and past.json()["errors"][0]["path"] == "effective_from"
+    response = await client.post(f"{API}/releases/{rid}/apply", headers=auth["otto"], json={"effective_from": SOON})
     assert response.status_code == 200, response.text
     applied = response.json()
     version = applied["version"]["version"]
     assert applied["state"] == "applied" and applied["changes"][0]["state"] == "applied"
-    assert (await client.post(f"{API}/releases/{rid}/apply", headers=auth["otto"], json={"effective_from": "2026-11-15T10:00:00Z"})).status_code == 409
+    assert (await client.post(f"{API}/releases/{rid}/apply", headers=auth["otto"], json={"effective_from": SOON})).status_code == 409
     response = await client.get(f"{API}/versions/{version}/artifacts.zip", headers=auth["vic"])
     assert response.status_code == 200 and response.headers["content-type"] == "application/zip"
     assert f"policy-v{version}/prometheus/rules.yaml" in zipfile.ZipFile(io.BytesIO(response.content)).namelist()
