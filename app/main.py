@@ -31,8 +31,9 @@ def create_app() -> FastAPI:
         version="1",
         description=DESCRIPTION,
         openapi_url="/api/v1/openapi.json",
-        docs_url="/api/v1/docs",
+        docs_url=None,  # served by app.api.system from vendored Swagger UI (no CDN)
         redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
     )
     problems.install(app)
     problem_openapi(app)

@@ -73,10 +73,14 @@ def problem_openapi(app: FastAPI) -> None:
         components.update(components["Problem"].pop("$defs", {}))
         for name in ("HTTPValidationError", "ValidationError"):
             components.pop(name, None)
+        schema["components"]["securitySchemes"] = {
+            "bearerAuth": {"type": "http", "scheme": "bearer", "description": "An API token (cbt_...)"}
+        }
         for path, operations in schema.get("paths", {}).items():
             if not path.startswith("/api/"):
                 continue
             for method, operation in operations.items():
+                operation.setdefault("security", [{"bearerAuth": []}])
                 responses = operation.setdefault("responses", {})
                 wanted = dict(_STANDARD)
                 if method in ("post", "put", "patch", "delete"):
@@ -154,7 +158,7 @@ def paginate(session: Session, query, *, keys: list, limit: int, cursor: str | N
     Keyset pagination: stable under inserts and as fast on page 1,000 as on page 1. `query` must be
     a select whose rows expose the key columns by name (ORM entities or labelled columns).
     """
-    types = [column.type.python_type for column in keys]
+    types = [_python_type(column) for column in keys]
     if cursor:
         values = decode_cursor(cursor, types)
         # Typed bind parameters so that datetimes compare as the column stores them (SQLite: text).
@@ -166,6 +170,15 @@ def paginate(session: Session, query, *, keys: list, limit: int, cursor: str | N
     rows = rows[:limit]
     last = rows[-1]
     return rows, encode_cursor([_key_value(last, column) for column in keys])
+
+
+def _python_type(column) -> type:
+    kind = column.type
+    python_type = kind.python_type
+    if python_type is object:  # a TypeDecorator (e.g. SQLModel's UTCDateTime): ask what it decorates
+        impl = getattr(kind, "impl_instance", None) or getattr(kind, "impl", None)
+        python_type = getattr(impl, "python_type", object)
+    return python_type
 
 
 def _key_value(row: Any, column) -> Any:

@@ -42,6 +42,21 @@ LAST_DURATION = Gauge(
 )
 
 
+SWAGGER = "/static/vendor/swagger-ui-5.35.0"
+
+
+@router.get("/api/v1/docs", include_in_schema=False)
+def api_docs() -> Response:
+    """The API docs page (Swagger UI served from our own static files, no CDN)."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    return get_swagger_ui_html(
+        openapi_url="/api/v1/openapi.json", title="GPU chargeback portal – API",
+        swagger_js_url=f"{SWAGGER}/swagger-ui-bundle.js", swagger_css_url=f"{SWAGGER}/swagger-ui.css",
+        swagger_favicon_url="data:,", swagger_ui_parameters={"persistAuthorization": False},
+    )
+
+
 class Health(BaseModel):
     status: str
 

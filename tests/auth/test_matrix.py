@@ -30,7 +30,6 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     # framework and probes
     ("GET", "/api/v1/openapi.json"): PUBLIC,
     ("GET", "/api/v1/docs"): PUBLIC,
-    ("GET", "/docs/oauth2-redirect"): PUBLIC,
     ("GET", "/healthz"): PUBLIC,
     ("GET", "/metrics"): PUBLIC,
     # accounts

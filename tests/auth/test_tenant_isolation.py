@@ -26,7 +26,7 @@ QUERY = {
     "/": "start=2026-10-01&end=2026-10-31",
     "/api/v1/usage": "start=2026-10-01T00:00:00Z&end=2026-11-01T00:00:00Z&group_by=tenant",
 }
-SKIP = {"/api/v1/openapi.json", "/api/v1/docs", "/docs/oauth2-redirect", "/login", "/metrics", "/healthz"}
+SKIP = {"/api/v1/openapi.json", "/api/v1/docs", "/login", "/metrics", "/healthz"}
 
 
 @pytest.fixture
