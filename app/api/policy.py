@@ -75,6 +75,11 @@ class ChangeUpdate(Body):
     document: str | None = None
 
 
+class FieldIn(Body):
+    path: str = Field(max_length=500, description='A field path as the diff shows it, e.g. sla[search-chat].p99_ms')
+    value: str = Field(max_length=100_000, description="The new value, as YAML (6, 0.35, {3g.40gb: 2})")
+
+
 class DecisionIn(Body):
     comment: str = ""
 
@@ -266,6 +271,12 @@ def preview_change(change_id: Id, session: SessionDep, _: Reader, peaks: PeaksDe
 def update_change(change_id: Id, body: ChangeUpdate, session: SessionDep, user: Operator, peaks: PeaksDep) -> dict:
     change = changes.update_change(session=session, change_id=change_id, actor=user.name, title=body.title,
                                    justification=body.justification, document=body.document)
+    return change_out(session, change, detail=True, peaks=peaks)
+
+
+@router.post("/changes/{change_id}/fields", summary="Structured edit of a draft: set one field by its path")
+def set_change_field(change_id: Id, body: FieldIn, session: SessionDep, user: Operator, peaks: PeaksDep) -> dict:
+    change = changes.set_field(session=session, change_id=change_id, actor=user.name, path=body.path, value=body.value)
     return change_out(session, change, detail=True, peaks=peaks)
 
 

@@ -7,9 +7,12 @@ unit of work commits. Every state change is audited with before and after.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import case, func, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
@@ -22,7 +25,7 @@ from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
 from app.policy.review_models import ChangeApproval, ChangeComment, ChangeRequest, ChangeState
 from app.policy.service import dump_yaml, get_version, latest_version, load_document
-from app.policy.validation import check_document
+from app.policy.validation import check_document, pydantic_errors
 
 MAX_DOCUMENT_CHARS = 1_000_000
 MAX_TITLE_CHARS = 200
@@ -173,6 +176,79 @@ def update_change(
     record(session=session, actor=actor, action="change.update", entity=ENTITY, entity_id=str(change.id),
            before=before, after=snapshot(change))
     return change
+
+
+_SEGMENT = re.compile(r'\.?([A-Za-z_][A-Za-z0-9_]*)|\[("(?:[^"\\]|\\.)*")\]|\[([^\]"]+)\]')
+
+
+def parse_path(path: str) -> list[str]:
+    """Split a diff-style field path (`sla[search-chat].p99_ms`, `pricing.gpu_models["NVIDIA A100"].pue`)."""
+    import json
+
+    parts, at = [], 0
+    path = path.strip()
+    while at < len(path):
+        match = _SEGMENT.match(path, at)
+        if match is None or match.end() == at or (at == 0 and path.startswith(".")):
+            raise Invalid("not a field path", [FieldError("path", f"cannot read {path[at:]!r}; use the paths the diff shows")])
+        ident, quoted, bare = match.groups()
+        parts.append(ident if ident is not None else json.loads(quoted) if quoted is not None else bare)
+        at = match.end()
+    if not parts:
+        raise Invalid("not a field path", [FieldError("path", "required")])
+    return parts
+
+
+def common_paths(doc: PolicyDocument) -> list[str]:
+    """Field paths of the common edits (quotas, tiers, SLA red lines and penalties, prices, MIG layouts)."""
+    import json
+
+    out = []
+    for q in doc.quotas:
+        out += [f"quotas[{q.tenant}/{q.pool}].{f}" for f in ("guaranteed_gpus", "borrowing_limit", "lending_limit")]
+    out += [f"priorities[{p.name}].value" for p in doc.priorities]
+    for sla in doc.sla:
+        out += [f"sla[{sla.service}].p99_ms", f"sla[{sla.service}].penalty_per_breach_minute"]
+    for model in doc.pricing.gpu_models:
+        out += [f"pricing.gpu_models[{json.dumps(model)}].{f}" for f in ("purchase_price", "hosting_per_hour")]
+    out += ["pricing.energy_price_per_kwh", "pricing.dark_time_multiplier"]
+    out += [f"isolation.mig[{json.dumps(node)}].gpus" for node in doc.isolation.mig]
+    out += [f"pools[{p.name}].reserved_fraction" for p in doc.pools]
+    return out
+
+
+def set_field(*, session: Session, change_id: int, actor: str, path: str, value: str) -> ChangeRequest:
+    """The structured edit: set one field of a draft, addressed as the diff shows it, to a YAML value."""
+    import yaml
+
+    from app.policy.diff import _normalize, _plain  # the diff's own addressing: keyed lists by name
+
+    change = get_change(session=session, change_id=change_id)
+    doc, findings = validation(change)
+    if doc is None:
+        raise Invalid("the draft's document does not parse; fix it in the YAML editor first",
+                      [FieldError("document." + e.path if e.path else "document", e.message) for e in findings])
+    parts = parse_path(path)
+    try:
+        new = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError as exc:
+        raise Invalid("the value is not YAML", [FieldError("value", str(exc).splitlines()[0])]) from None
+    if isinstance(new, float):
+        new = str(Decimal(repr(new)))  # money and fractions stay exact
+    tree = _normalize(doc.to_data())
+    node = tree
+    for i, part in enumerate(parts[:-1]):
+        if not isinstance(node, dict) or part not in node:
+            raise Invalid("no such field", [FieldError("path", f"{'.'.join(parts[: i + 1])} does not exist")])
+        node = node[part]
+    if not isinstance(node, dict):
+        raise Invalid("no such field", [FieldError("path", f"{path} does not exist")])
+    node[parts[-1]] = new  # a new key adds it (a GPU model's price, a node's MIG layout)
+    try:
+        edited = PolicyDocument.model_validate(_plain(tree))
+    except ValidationError as exc:
+        raise Invalid("the value does not fit the field", pydantic_errors(exc)) from None
+    return update_change(session=session, change_id=change_id, actor=actor, document=dump_yaml(edited))
 
 
 def validation(change: ChangeRequest, *, measured_peaks: Mapping[str, float] | None = None) -> tuple[PolicyDocument | None, list[FieldError]]:

@@ -157,6 +157,7 @@ def change_page(change_id: Id, request: Request, session: SessionDep, user: Read
         "user": user,
         "is_author": user.name == change.author,
         "can_review": bool(user.roles & {"admin", "reviewer"}) and user.name != change.author,
+        "field_paths": changes.common_paths(load_document(get_version(session=session, number=change.base_version_id))),
         "can_operate": bool(user.roles & {"admin", "operator"}),
     }
     return render(request, "policy/change.html", context)
@@ -178,6 +179,13 @@ def change_update(change_id: Id, request: Request, session: SessionDep, user: Op
                   justification: Text = "", document: Text = "") -> Response:
     changes.update_change(session=session, change_id=change_id, actor=user.name, title=title,
                           justification=justification, document=document)
+    return _redirect(request, f"/policy/changes/{change_id}")
+
+
+@router.post("/changes/{change_id}/fields")
+def change_set_field(change_id: Id, request: Request, session: SessionDep, user: Operator, path: Text = "",
+                     value: Text = "") -> Response:
+    changes.set_field(session=session, change_id=change_id, actor=user.name, path=path, value=value)
     return _redirect(request, f"/policy/changes/{change_id}")
 
 

@@ -220,3 +220,34 @@ def test_preview_price_change_rerates_last_month_tenant_by_tenant(session):
         assert before > 0
         assert abs(after - before * 14 / 13) <= Decimal("0.01"), (tenant, before, after)
         assert Decimal(rows[tenant]["delta"]) == after - before
+
+
+@pytest.mark.parametrize("path,value,expect", [
+    ("quotas[vision/mixed-a100].guaranteed_gpus", "6", "quotas[vision/mixed-a100].guaranteed_gpus"),
+    ("priorities[training].value", "20000", "priorities[training].value"),
+    ('isolation.mig["gpu-a100-02"].gpus', '{"0-6": {"1g.10gb": 7}}', 'isolation.mig["gpu-a100-02"].gpus'),
+    ("sla[search-chat].penalty_per_breach_minute", "0.75", "sla[search-chat].penalty_per_breach_minute"),
+    ('pricing.gpu_models["NVIDIA A100-SXM4-80GB"].purchase_price', "30000", 'pricing.gpu_models["NVIDIA A100-SXM4-80GB"].purchase_price'),
+])
+def test_structured_edit_sets_one_field_by_its_diff_path(session, path, value, expect):
+    v1 = seed(session)
+    change = changes.create_change(session=session, actor="olga", title="t", justification="why")
+    changes.set_field(session=session, change_id=change.id, actor="olga", path=path, value=value)
+    diff = changes.semantic_diff(session=session, change=change)
+    assert [c.path for c in diff] == [expect] or (expect.startswith("isolation.mig") and diff[0].path.startswith(expect))
+    assert change.base_version_id == v1.id
+
+
+def test_structured_edit_refusals(session):
+    seed(session)
+    change = changes.create_change(session=session, actor="olga", title="t", justification="why")
+    for path, value, field in [("quotas[nobody/x].guaranteed_gpus", "1", "path"), ("sla[", "1", "path"),
+                               ("pricing.pue", "[unclosed", "value"), ("pricing.pue", "0.5", "pricing.pue")]:
+        with pytest.raises(Invalid) as err:
+            changes.set_field(session=session, change_id=change.id, actor="olga", path=path, value=value)
+        assert err.value.errors[0].path == field, (path, err.value.errors)
+    changes.set_field(session=session, change_id=change.id, actor="olga", path="pricing.pue", value="1.3")
+    changes.update_change(session=session, change_id=change.id, actor="olga", title="t2")
+    with pytest.raises(AppError) as err:
+        changes.set_field(session=session, change_id=change.id, actor="rita", path="pricing.pue", value="1.4")
+    assert err.value.status == 403

@@ -159,3 +159,16 @@ async def test_broken_draft_page_and_rebase_conflicts_page(browser, v1, fresh_en
     assert "must be rebased" in (await olga.get(url)).text
     conflict = await post(olga, f"{url}/rebase", csrf)
     assert conflict.status_code == 409 and "sla[search-chat].p99_ms" in conflict.text
+
+
+async def test_structured_edit_form_sets_a_field(browser, v1, fresh_engine):
+    olga, csrf = await browser("olga", "operator")
+    created = await post(olga, "/policy/changes", csrf, title="price", justification="new contract")
+    url = created.headers["location"]
+    page = (await olga.get(url)).text
+    assert '<option value="sla[search-chat].p99_ms">' in page
+    assert (await post(olga, f"{url}/fields", csrf, path="sla[search-chat].p99_ms", value="250")).status_code == 303
+    refused = await post(olga, f"{url}/fields", csrf, path="sla[search-chat].p99_ms", value="-5")
+    assert refused.status_code == 422 and "p99_ms" in refused.text
+    change_id = int(url.rsplit("/", 1)[1])
+    assert "p99_ms: 250" in row(fresh_engine, ChangeRequest, change_id).document

@@ -223,3 +223,13 @@ async def test_hostile_input_is_a_4xx_never_a_500(client, auth, v1):
         response = await client.request(method, url, headers=auth["ada"], json=body)
         assert response.status_code == status, (method, url, response.text)
         assert response.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_structured_edit_via_api(client, auth, v1):
+    change = (await client.post(f"{API}/changes", headers=auth["olga"], json={"title": "t", "justification": "j"})).json()
+    response = await client.post(f"{API}/changes/{change['id']}/fields", headers=auth["olga"],
+                                 json={"path": 'pricing.gpu_models["NVIDIA A100-SXM4-80GB"].hosting_per_hour', "value": "0.25"})
+    assert response.status_code == 200
+    assert [c["path"] for c in response.json()["diff"]] == ['pricing.gpu_models["NVIDIA A100-SXM4-80GB"].hosting_per_hour']
+    response = await client.post(f"{API}/changes/{change['id']}/fields", headers=auth["olga"], json={"path": "nope[x]", "value": "1"})
+    assert response.status_code == 422 and response.json()["errors"][0]["path"] == "path"
