@@ -72,18 +72,23 @@ def _load_chunk(session: Session, start: datetime, end: datetime, docs: Document
     for hour, pool, model, gpus, measured_gpus, kwh in rows:
         models[(hour, pool)].append(ModelEnergy(model=model, gpus=gpus, measured_gpus=measured_gpus, measured_kwh=kwh))
 
-    usage: dict[tuple[int, str], list[UsageRow]] = defaultdict(list)
+    # Ordered by the database so no per-row sort is needed here (rating does not depend on the order;
+    # the order only keeps RatingHour.usage stable between runs).
+    usage: dict[tuple[int, str], list[UsageRow]] = {}
     rows = conn.execute(
         select(
             _epoch(session, UsageRollup.hour), UsageRollup.pool, UsageRollup.tenant, UsageRollup.klass, UsageRollup.dark,
             UsageRollup.gpu_seconds, UsageRollup.activity_sum, UsageRollup.activity_samples,
-        ).where(UsageRollup.hour >= start, UsageRollup.hour < end)
-    ).all()
-    for hour, pool, tenant, klass, dark, gpu_seconds, activity_sum, samples in rows:
-        usage[(hour, pool)].append(
-            UsageRow(pool=pool, tenant=tenant, klass=klass, dark=dark, gpu_seconds=gpu_seconds,
-                     activity_sum=activity_sum, activity_samples=samples)
         )
+        .where(UsageRollup.hour >= start, UsageRollup.hour < end)
+        .order_by(UsageRollup.hour, UsageRollup.pool, UsageRollup.tenant, UsageRollup.klass, UsageRollup.dark)
+    ).all()
+    key, bucket = None, []
+    for hour, pool, tenant, klass, dark, gpu_seconds, activity_sum, samples in rows:
+        if key != (hour, pool):
+            key, bucket = (hour, pool), []
+            usage[key] = bucket
+        bucket.append(UsageRow(pool, tenant, klass, dark, gpu_seconds, activity_sum, samples))
 
     breaches = _breaches(session, start, end)
 
@@ -105,7 +110,7 @@ def _load_chunk(session: Session, start: datetime, end: datetime, docs: Document
             gpus=gpus,
             capacity_gpu_seconds=capacity,
             models=tuple(sorted(models.get(key, ()), key=lambda m: m.model)),
-            usage=tuple(sorted(usage.get(key, ()), key=lambda u: (u.tenant, u.klass, u.dark))),
+            usage=tuple(usage.get(key, ())),
             breaches=tuple(breaches.get(key, ())),
         )
 
