@@ -1,0 +1,60 @@
+"""`chargeback rate | close | export` as a real process: messages, exit codes, no tracebacks."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from app.core.db import unit_of_work
+from app.billing import periods
+from tests.billing.builders import add_hour, store_policy
+
+CLI = Path(sys.executable).with_name("chargeback")
+
+
+def run(url: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CHARGEBACK_DATABASE_URL": url, "COLUMNS": "200"}
+    return subprocess.run([str(CLI), *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_cli_rate_close_export(fresh_engine, tmp_path):
+    url = fresh_engine.url.render_as_string(hide_password=False)
+    with unit_of_work(fresh_engine) as s:
+        v = store_policy(s)
+        add_hour(s, hour=datetime(2026, 10, 1, tzinfo=UTC), version=v.id)
+
+    rated = run(url, "rate", "--period", "2026-10")
+    assert rated.returncode == 0, rated.stderr
+    assert "vision" in rated.stdout and "2.30" in rated.stdout and "conservation: ok" in rated.stdout
+
+    bad = run(url, "rate", "--period", "2026-13")
+    assert bad.returncode == 2 and "YYYY-MM" in bad.stderr and "Traceback" not in bad.stderr + bad.stdout
+
+    refused = run(url, "close", "--period", "2026-10")
+    assert refused.returncode == 3 and "not ingested" in refused.stderr and "--accept-gaps" in refused.stderr
+    no_reason = run(url, "close", "--period", "2026-10", "--accept-gaps")
+    assert no_reason.returncode == 2 and "reason" in no_reason.stderr
+
+    closed = run(url, "close", "--period", "2026-10", "--accept-gaps", "--reason", "one test hour")
+    assert closed.returncode == 0, closed.stderr
+    assert "finalized" in closed.stdout and "sha256 focus" in closed.stdout
+    again = run(url, "close", "--period", "2026-10", "--accept-gaps", "--reason", "again")
+    assert again.returncode == 3 and "already finalized" in again.stderr
+
+    with unit_of_work(fresh_engine) as s:
+        row = periods.get_period(session=s, month="2026-10")
+        stored = {"csv": row.csv_sha256, "focus": row.focus_sha256, "pdf": row.pdf_sha256}
+    for fmt in ("csv", "focus", "pdf"):
+        out = tmp_path / f"export.{fmt}"
+        done = run(url, "export", "--period", "2026-10", "--format", fmt, "--out", str(out))
+        assert done.returncode == 0, done.stderr
+        assert hashlib.sha256(out.read_bytes()).hexdigest() == stored[fmt]
+        assert "matches the finalized hash" in done.stderr
+    wrong = run(url, "export", "--period", "2026-10", "--format", "xlsx", "--out", str(tmp_path / "x"))
+    assert wrong.returncode == 2 and "format" in wrong.stderr
+    missing = run(url, "export", "--period", "2026-08", "--format", "csv", "--out", str(tmp_path / "y"))
+    assert missing.returncode == 4 and "not been rated" in missing.stderr
