@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -10,7 +11,7 @@ from sqlalchemy import select
 
 from app.billing import exports, periods
 from app.billing.invoices import load_view, platform_statement, tenant_invoice
-from app.billing.models import BillingPeriod, ChargeLineRecord
+from app.billing.models import ChargeLineRecord
 from app.billing.pricing import MissingPrice
 from app.billing.types import PLATFORM, LineKind
 from app.core.audit import AuditEntry
@@ -124,8 +125,6 @@ def test_close_finalizes_with_export_hashes_and_then_refuses(session):
     assert row.status == "finalized" and row.finalized_at is not None and row.accept_gaps_reason is None
     assert row.hours_ok == row.hours_expected == 744
     for fmt, stored in (("csv", row.csv_sha256), ("focus", row.focus_sha256), ("pdf", row.pdf_sha256)):
-        import hashlib
-
         assert hashlib.sha256(exports.render(session=session, period=row, fmt=fmt)).hexdigest() == stored
     with pytest.raises(Conflict) as err:
         periods.close(session=session, period="2026-10", actor="fin")
