@@ -86,6 +86,11 @@ def _money(value: Decimal) -> str:
     return format(Decimal(value), "f")
 
 
+def _cell(value: str) -> str:
+    """Free text (reasons, service names) must not start a spreadsheet formula."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
 def _csv_bytes(header: list[str], rows: list[list[str]]) -> bytes:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -105,9 +110,9 @@ def render_csv(view: PeriodView) -> bytes:
     p = view.period
     rows = [
         [
-            p.month, l.line_id, l.account, l.department, l.pool, l.kind, l.klass, l.service, str(l.policy_version),
+            p.month, l.line_id, l.account, l.department, l.pool, l.kind, l.klass, _cell(l.service), str(l.policy_version),
             _iso(l.charge_start), _iso(l.charge_end), _qty(l.quantity), l.unit, _money(l.amount), p.currency,
-            "true" if l.source == LineSource.CORRECTION else "false", l.corrects, l.reason,
+            "true" if l.source == LineSource.CORRECTION else "false", l.corrects, _cell(l.reason),
         ]
         for l in view.lines
     ]
@@ -179,7 +184,7 @@ def render_focus(view: PeriodView) -> bytes:
             "ChargeCategory": category,
             # Only corrections of a previously invoiced period carry a ChargeClass.
             "ChargeClass": "Correction" if l.source == LineSource.CORRECTION else "",
-            "ChargeDescription": description,
+            "ChargeDescription": _cell(description),
             "ChargePeriodEnd": _iso(l.charge_end),
             "ChargePeriodStart": _iso(l.charge_start),
             "ContractedCost": _money(l.amount),

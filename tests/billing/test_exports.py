@@ -165,3 +165,14 @@ def test_unknown_format(session, october):
     with pytest.raises(Invalid) as err:
         exports.render(session=session, period=october, fmt="xlsx")
     assert err.value.errors[0].path == "format"
+
+
+def test_free_text_cannot_start_a_formula(session):
+    v = store_policy(session)
+    fill_month(session, "2026-09", v.id)
+    sept = periods.close(session=session, period="2026-09", actor="fin")
+    target = load_view(session=session, period=sept).lines[0]
+    periods.correct(session=session, period="2026-10", line_id=target.line_id, amount="1", reason="=HYPERLINK(\"x\")", actor="fin")
+    october = periods.rate(session=session, period="2026-10", actor="fin")
+    [row] = [r for r in _rows(exports.render(session=session, period=october, fmt="csv")) if r["correction"] == "true"]
+    assert row["reason"] == "'=HYPERLINK(\"x\")"
