@@ -38,6 +38,7 @@ def create_app() -> FastAPI:
     problems.install(app)
     problem_openapi(app)
     app.add_middleware(CsrfCookieMiddleware)
+    app.add_middleware(api_system.SecurityHeadersMiddleware)
     app.add_middleware(api_system.RequestMetricsMiddleware)
     app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
     app.include_router(api_system.router)

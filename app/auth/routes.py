@@ -75,6 +75,9 @@ def login(
                           block=None, headers={"Retry-After": str(wait)})
         return render(request, "auth/login.html", {**context, "message": "Wrong user name or password."},
                       status_code=401, block=None)
+    previous = unsign_session_id(request.cookies.get(SESSION_COOKIE))
+    if previous:  # a fresh id on every sign-in: a session id planted before login is worthless after it
+        service.end_session(session=session, session_id=previous)
     session_id = service.start_session(session=session, user=result.user)
     response = RedirectResponse(_safe_next(next), status_code=303)
     set_session_cookie(response, request, session_id)

@@ -117,3 +117,15 @@ async def test_admin_creates_and_updates_users_through_pages(client, session):
     self_demote = await client.post(f"/admin/users/{admin.id}", data={"role": "viewer", "active": "true",
                                                                      "csrf_token": token})
     assert self_demote.status_code == 409
+
+
+async def test_signing_in_again_replaces_the_session(client, session):
+    user = make_user(session, "mia", "viewer", password=PASSWORD)
+    await _login(client, "mia", PASSWORD)
+    first = client.cookies[sessions.SESSION_COOKIE]
+    assert (await client.get("/login")).status_code == 303  # already signed in: no form
+    token = page_csrf((await client.get("/")).text)
+    again = await client.post("/login", data={"username": "mia", "password": PASSWORD, "csrf_token": token})
+    assert again.status_code == 303
+    assert client.cookies[sessions.SESSION_COOKIE] != first
+    assert len(session.exec(select(AuthSession).where(AuthSession.user_id == user.id)).all()) == 1

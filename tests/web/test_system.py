@@ -80,3 +80,14 @@ async def test_metrics_without_any_ingested_hour(client):
     assert samples[("chargeback_ingested_hours", ())] == 0
     lag = samples[("chargeback_ingestion_lag_seconds", ())]
     assert lag != lag  # NaN: unknown, not "no lag"
+
+
+async def test_security_headers(client):
+    page = await client.get("/login")
+    assert page.headers["x-content-type-options"] == "nosniff"
+    assert page.headers["x-frame-options"] == "DENY"
+    csp = page.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+    api = await client.get("/api/v1/me")
+    assert api.headers["x-content-type-options"] == "nosniff"
+    assert "content-security-policy" not in api.headers
