@@ -138,6 +138,21 @@ def test_sign_in_and_overview_chart(portal):
             page.keyboard.press("Tab")
             assert page.evaluate("document.activeElement.className") == "skip-link"
 
+            # Admin: create an API token with an htmx form (CSRF travels in hx-headers), shown once, then revoke it.
+            page.goto(f"{portal}/admin/tokens")
+            page.fill("#nt-label", "browser smoke")
+            page.click("text=Create token")
+            page.wait_for_selector("#new-token")
+            token = page.input_value("#new-token")
+            assert token.startswith("cbt_") and len(token) > 40
+            assert httpx.get(f"{portal}/api/v1/me", headers={"Authorization": f"Bearer {token}"}).json()["name"] == "ada"
+            page.screenshot(path=str(SHOTS / "admin-tokens.png"), full_page=True)
+            page.once("dialog", lambda dialog: dialog.accept())
+            page.click("button.button-danger")
+            page.wait_for_selector("text=revoked")
+            assert page.locator("#new-token").count() == 0  # gone after the next render
+            assert httpx.get(f"{portal}/api/v1/me", headers={"Authorization": f"Bearer {token}"}).status_code == 401
+
             phone = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2)
             phone.on("pageerror", lambda e: problems.append(f"phone page error: {e}"))
             _sign_in(phone, portal)
