@@ -152,19 +152,24 @@ def decode_cursor(cursor: str, types: list[type], *, path: str = "query.cursor")
     return out
 
 
-def paginate(session: Session, query, *, keys: list, limit: int, cursor: str | None) -> tuple[list, str | None]:
+def paginate(
+    session: Session, query, *, keys: list, limit: int, cursor: str | None, descending: bool = False
+) -> tuple[list, str | None]:
     """Run `query` ordered by `keys` (columns, unique together) from after `cursor`; returns (rows, next_cursor).
 
     Keyset pagination: stable under inserts and as fast on page 1,000 as on page 1. `query` must be
-    a select whose rows expose the key columns by name (ORM entities or labelled columns).
+    a select whose rows expose the key columns by name (ORM entities or labelled columns);
+    `descending` pages newest-first (every key descending).
     """
     types = [_python_type(column) for column in keys]
     if cursor:
         values = decode_cursor(cursor, types)
         # Typed bind parameters so that datetimes compare as the column stores them (SQLite: text).
         bound = [bindparam(None, v, type_=column.type) for v, column in zip(values, keys, strict=True)]
-        query = query.where(tuple_(*keys) > tuple_(*bound))
-    rows = list(session.exec(query.order_by(*keys).limit(limit + 1)))
+        after = tuple_(*keys) < tuple_(*bound) if descending else tuple_(*keys) > tuple_(*bound)
+        query = query.where(after)
+    order = [column.desc() for column in keys] if descending else keys
+    rows = list(session.exec(query.order_by(*order).limit(limit + 1)))
     if len(rows) <= limit:
         return rows, None
     rows = rows[:limit]

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Form, Request
 from pydantic import BaseModel, Field
 from starlette.responses import RedirectResponse, Response
 
-from app.api.common import IdempotencyDep, json_response
+from app.api.common import CursorQuery, IdempotencyDep, LimitQuery, Page, json_response, paginate
 from app.auth import service, tokens
 from app.auth.deps import CurrentUser, Principal, require_roles
 from app.auth.models import ROLES, SCOPES, ApiToken
@@ -248,10 +248,14 @@ def me(user: CurrentUser) -> Me:
               via=user.via, scopes=sorted(user.scopes))
 
 
-@api.get("/tokens", response_model=list[TokenPublic])
-def list_my_tokens(user: CurrentUser, session: SessionDep) -> list[TokenPublic]:
-    """The caller's own API tokens, newest first (never the token values)."""
-    return [_public(row) for row, _ in service.list_tokens(session=session, user_id=user.user_id)]
+@api.get("/tokens", response_model=Page[TokenPublic])
+def list_my_tokens(
+    user: CurrentUser, session: SessionDep, limit: LimitQuery = 100, cursor: CursorQuery = None
+) -> Page[TokenPublic]:
+    """The caller's own API tokens, newest first, paginated (never the token values)."""
+    rows, next_cursor = paginate(session, service.tokens_query(user_id=user.user_id),
+                                 keys=[ApiToken.created_at, ApiToken.id], limit=limit, cursor=cursor, descending=True)
+    return Page[TokenPublic](items=[_public(row) for row in rows], next_cursor=next_cursor)
 
 
 @api.post("/tokens", status_code=201, response_model=TokenCreated)

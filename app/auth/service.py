@@ -266,6 +266,11 @@ def revoke_token(*, session: Session, token_id: int, actor: str, owner_id: int |
     return row
 
 
+def tokens_query(*, user_id: int):
+    """One user's tokens (for paginated listing; newest first by (created_at, id))."""
+    return select(ApiToken).where(ApiToken.user_id == user_id)
+
+
 def list_tokens(*, session: Session, user_id: int | None = None) -> list[tuple[ApiToken, str]]:
     """Tokens with their owner's name, newest first (one user's when `user_id` is given)."""
     query = select(ApiToken, User.name).join(User, col(User.id) == ApiToken.user_id)

@@ -119,13 +119,33 @@ async def test_create_list_revoke_own_tokens(client, session):
     assert new_raw not in str(stored.model_dump())
     listed = await client.get("/api/v1/tokens", headers=_bearer(new_raw))
     assert listed.status_code == 200
-    assert [t["id"] for t in listed.json()] == [body["id"], own_row.id]  # newest first, not other users'
+    assert [t["id"] for t in listed.json()["items"]] == [body["id"], own_row.id]  # newest first, not others'
     assert new_raw not in listed.text and raw not in listed.text and "sha256" not in listed.text
     # Someone else's token is not found; one's own is revoked (twice: harmless).
     assert (await client.delete(f"/api/v1/tokens/{other_row.id}", headers=_bearer(raw))).status_code == 404
     assert (await client.delete(f"/api/v1/tokens/{body['id']}", headers=_bearer(raw))).status_code == 204
     assert (await client.delete(f"/api/v1/tokens/{body['id']}", headers=_bearer(raw))).status_code == 204
     assert (await client.get("/api/v1/me", headers=_bearer(new_raw))).status_code == 401
+
+
+async def test_token_list_pages_newest_first(client, session):
+    user = make_user(session, "fin", "finance")
+    made = [_token(session, user)[0].id for _ in range(5)]
+    newest, raw = _token(session, user)
+    ids, cursor = [], None
+    while True:
+        query = "?limit=2" + (f"&cursor={cursor}" if cursor else "")
+        page = (await client.get(f"/api/v1/tokens{query}", headers=_bearer(raw))).json()
+        assert len(page["items"]) <= 2
+        ids += [t["id"] for t in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert ids == sorted([*made, newest.id], reverse=True)
+    bad = await client.get("/api/v1/tokens?cursor=garbage!", headers=_bearer(raw))
+    assert bad.status_code == 422 and bad.json()["errors"][0]["path"] == "query.cursor"
+    too_many = await client.get("/api/v1/tokens?limit=501", headers=_bearer(raw))
+    assert too_many.status_code == 422 and too_many.json()["errors"][0]["path"] == "query.limit"
 
 
 async def test_bad_token_request_names_the_field(client, session):

@@ -35,6 +35,18 @@ def test_pages_cover_every_row_once_in_order(session):
     assert pages == 3
 
 
+def test_descending_pages_newest_first(session):
+    _entries(session)
+    keys = [AuditEntry.at, AuditEntry.id]
+    seen, cursor = [], None
+    while True:
+        rows, cursor = paginate(session, select(AuditEntry), keys=keys, limit=3, cursor=cursor, descending=True)
+        seen += [r.entity_id for r in rows]
+        if cursor is None:
+            break
+    assert seen == [str(i) for i in reversed(range(7))]
+
+
 def test_exact_multiple_of_limit_has_no_empty_last_page(session):
     _entries(session, n=6)
     rows, cursor = paginate(session, select(AuditEntry), keys=[AuditEntry.id], limit=3, cursor=None)
