@@ -14,8 +14,11 @@ from app.auth import routes as auth_routes
 from app.auth.sessions import CsrfCookieMiddleware
 from app.core import problems
 from app.web import billing as web_billing
+from app.web import fleet as web_fleet
 from app.web import overview as web_overview
 from app.web import policy as web_policy
+from app.web import sla as web_sla
+from app.web import tenants as web_tenants
 from app.web.templating import ROOT
 
 DESCRIPTION = """Chargeback for a shared GPU cluster: usage, invoices and exports for finance integrations.
@@ -50,6 +53,9 @@ def create_app() -> FastAPI:
     app.include_router(web_overview.router)
     app.include_router(web_policy.router)
     app.include_router(web_billing.router)
+    app.include_router(web_tenants.router)
+    app.include_router(web_fleet.router)
+    app.include_router(web_sla.router)
     return app
 
 

@@ -1,0 +1,216 @@
+"""Read-only per-tenant aggregations for the Tenants pages: usage, trend, spend, invoices, quota vs use."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import date, timedelta
+from decimal import Decimal
+
+from sqlalchemy import func
+from sqlmodel import Session, col, select
+
+from app.billing.models import BillingPeriod, ChargeLineRecord, PeriodStatus
+from app.billing.types import LineKind
+from app.policy.document import PolicyDocument
+from app.core.timeutil import aware
+from app.web.dashboard_queries import ZERO, DayOf, days_of, hours
+from app.metrics.models import UsageRollup
+from app.web.queries import DateRange
+
+SORT_KEYS = ("tenant", "spend", "gpu_hours", "efficiency", "delta")
+
+
+@dataclass
+class TenantRow:
+    tenant: str
+    gpu_hours: Decimal
+    dark_hours: Decimal
+    efficiency: float | None  # mean engine activity over occupied samples
+    previous_hours: Decimal  # the same number of days just before the range
+    spend: Decimal | None  # rated lines of `spend_month`; None when that month is not rated
+    daily: list[Decimal]  # GPU-hours per day of the range (sparkline)
+
+    @property
+    def delta(self) -> Decimal | None:
+        """Change of GPU-hours against the previous range of equal length, as a fraction."""
+        if not self.previous_hours:
+            return None
+        return (self.gpu_hours - self.previous_hours) / self.previous_hours
+
+
+def previous_range(period: DateRange) -> DateRange:
+    days = (period.end - period.start).days + 1
+    return DateRange(start=period.start - timedelta(days=days), end=period.start - timedelta(days=1), tz=period.tz)
+
+
+def month_of(day: date) -> str:
+    return f"{day.year:04d}-{day.month:02d}"
+
+
+def spend_by_tenant(*, session: Session, month: str) -> dict[str, Decimal] | None:
+    """Each account's total of one rated month's lines (charges and SLA transfers); None if not rated."""
+    period = session.exec(select(BillingPeriod).where(BillingPeriod.month == month)).first()
+    if period is None or period.status == PeriodStatus.OPEN:
+        return None
+    kinds = list(LineKind.CHARGES + LineKind.TRANSFERS)
+    rows = session.exec(
+        select(ChargeLineRecord.account, func.sum(ChargeLineRecord.amount))
+        .where(ChargeLineRecord.period_id == period.id, col(ChargeLineRecord.kind).in_(kinds))
+        .group_by(ChargeLineRecord.account)
+    )
+    return {account: Decimal(total or 0) for account, total in rows}
+
+
+def tenant_rows(
+    *, session: Session, period: DateRange, tenants: frozenset[str] | None, spend_month: str
+) -> list[TenantRow]:
+    """One row per tenant with use in the range or the range before it (unsorted)."""
+    if tenants is not None and not tenants:
+        return []
+    before = previous_range(period)
+    day_of = DayOf(period.tz)
+    query = (
+        select(UsageRollup.hour, UsageRollup.tenant, UsageRollup.dark, func.sum(UsageRollup.gpu_seconds),
+               func.sum(UsageRollup.activity_sum), func.sum(UsageRollup.activity_samples))
+        .where(UsageRollup.hour >= before.start_utc, UsageRollup.hour < period.end_utc)
+        .group_by(UsageRollup.hour, UsageRollup.tenant, UsageRollup.dark)
+    )
+    if tenants is not None:
+        query = query.where(col(UsageRollup.tenant).in_(sorted(tenants)))
+    days = days_of(period)
+    index = {d: i for i, d in enumerate(days)}
+    acc: dict[str, dict] = defaultdict(lambda: {"hours": ZERO, "dark": ZERO, "prev": ZERO, "act": 0.0, "n": 0,
+                                                "daily": [ZERO] * len(days)})
+    start = period.start_utc
+    for hour, tenant, is_dark, seconds, activity, samples in session.exec(query):
+        a = acc[tenant]
+        h = hours(seconds)
+        if aware(hour) < start:
+            a["prev"] += h
+            continue
+        a["hours"] += h
+        if is_dark:
+            a["dark"] += h
+        a["act"] += float(activity or 0)
+        a["n"] += int(samples or 0)
+        i = index.get(day_of(hour))
+        if i is not None:
+            a["daily"][i] += h
+    spend = spend_by_tenant(session=session, month=spend_month)
+    return [
+        TenantRow(tenant=t, gpu_hours=a["hours"], dark_hours=a["dark"], efficiency=a["act"] / a["n"] if a["n"] else None,
+                  previous_hours=a["prev"], spend=None if spend is None else spend.get(t, ZERO), daily=a["daily"])
+        for t, a in acc.items()
+    ]
+
+
+def sort_rows(rows: list[TenantRow], *, key: str, descending: bool, needle: str = "") -> list[TenantRow]:
+    """Filter by a substring of the tenant name, then sort; missing values sort last either way."""
+    needle = needle.strip().lower()
+    if needle:
+        rows = [r for r in rows if needle in r.tenant.lower()]
+    if key == "tenant":
+        return sorted(rows, key=lambda r: r.tenant, reverse=descending)
+    present = [r for r in rows if getattr(r, key) is not None]
+    missing = [r for r in rows if getattr(r, key) is None]
+    present.sort(key=lambda r: (getattr(r, key), r.tenant), reverse=descending)
+    return present + sorted(missing, key=lambda r: r.tenant)
+
+
+# --- one tenant ----------------------------------------------------------------------------------------
+
+
+def tenant_daily(*, session: Session, period: DateRange, tenant: str) -> tuple[list[date], list[Decimal], list[Decimal]]:
+    """Busy and dark GPU-hours of one tenant per day of the range."""
+    day_of = DayOf(period.tz)
+    days = days_of(period)
+    index = {d: i for i, d in enumerate(days)}
+    busy, dark = [ZERO] * len(days), [ZERO] * len(days)
+    rows = session.exec(
+        select(UsageRollup.hour, UsageRollup.dark, func.sum(UsageRollup.gpu_seconds))
+        .where(UsageRollup.tenant == tenant, UsageRollup.hour >= period.start_utc, UsageRollup.hour < period.end_utc)
+        .group_by(UsageRollup.hour, UsageRollup.dark)
+    )
+    for hour, is_dark, seconds in rows:
+        i = index.get(day_of(hour))
+        if i is None:
+            continue
+        if is_dark:
+            dark[i] += hours(seconds)
+        else:
+            busy[i] += hours(seconds)
+    return days, busy, dark
+
+
+def tenant_known(*, session: Session, tenant: str, doc: PolicyDocument | None) -> bool:
+    """A tenant exists if the active policy names it or any rollup or line mentions it."""
+    if doc is not None and doc.tenant(tenant) is not None:
+        return True
+    if session.exec(select(UsageRollup.id).where(UsageRollup.tenant == tenant).limit(1)).first() is not None:
+        return True
+    return session.exec(select(ChargeLineRecord.id).where(ChargeLineRecord.account == tenant).limit(1)).first() is not None
+
+
+@dataclass
+class InvoiceRow:
+    month: str
+    status: str
+    total: Decimal
+    penalties_paid: Decimal
+    credits_received: Decimal  # positive: what the tenant was credited
+
+
+def tenant_invoices(*, session: Session, tenant: str) -> list[InvoiceRow]:
+    """Every rated period's total for one tenant, newest first, with SLA penalties paid and credits received."""
+    rows = session.exec(
+        select(BillingPeriod.month, BillingPeriod.status, ChargeLineRecord.kind, func.sum(ChargeLineRecord.amount))
+        .join(BillingPeriod, BillingPeriod.id == ChargeLineRecord.period_id)
+        .where(ChargeLineRecord.account == tenant, BillingPeriod.status != PeriodStatus.OPEN,
+               col(ChargeLineRecord.kind).in_(list(LineKind.CHARGES + LineKind.TRANSFERS)))
+        .group_by(BillingPeriod.month, BillingPeriod.status, ChargeLineRecord.kind)
+    )
+    out: dict[str, InvoiceRow] = {}
+    for month, status, kind, amount in rows:
+        row = out.setdefault(month, InvoiceRow(month, status, ZERO, ZERO, ZERO))
+        amount = Decimal(amount or 0)
+        row.total += amount
+        if kind == LineKind.SLA_PENALTY:
+            row.penalties_paid += amount
+        elif kind == LineKind.SLA_CREDIT:
+            row.credits_received -= amount
+    return sorted(out.values(), key=lambda r: r.month, reverse=True)
+
+
+@dataclass
+class QuotaUse:
+    pool: str
+    guaranteed: int | None
+    borrowing_limit: int | None
+    peak_gpus: Decimal  # max over hours of GPU-seconds / 3600 in the pool
+
+    @property
+    def ceiling(self) -> int | None:
+        return None if self.guaranteed is None else self.guaranteed + (self.borrowing_limit or 0)
+
+    @property
+    def over_guarantee(self) -> bool:
+        return self.guaranteed is not None and self.peak_gpus > self.guaranteed
+
+
+def quota_use(*, session: Session, period: DateRange, tenant: str, doc: PolicyDocument | None) -> list[QuotaUse]:
+    """Policy quotas of the tenant against its peak concurrent GPUs per pool (hourly average)."""
+    per_hour = (
+        select(UsageRollup.pool.label("pool"), func.sum(UsageRollup.gpu_seconds).label("s"))
+        .where(UsageRollup.tenant == tenant, UsageRollup.hour >= period.start_utc, UsageRollup.hour < period.end_utc)
+        .group_by(UsageRollup.hour, UsageRollup.pool)
+        .subquery()
+    )
+    peaks = {pool: hours(s) for pool, s in session.exec(select(per_hour.c.pool, func.max(per_hour.c.s)).group_by(per_hour.c.pool))}
+    quotas = {q.pool: q for q in (doc.quotas if doc else []) if q.tenant == tenant}
+    out = []
+    for pool in sorted(set(peaks) | set(quotas)):
+        q = quotas.get(pool)
+        out.append(QuotaUse(pool=pool, guaranteed=q.guaranteed_gpus if q else None,
+                            borrowing_limit=q.borrowing_limit if q else None, peak_gpus=peaks.get(pool, ZERO)))
+    return out

@@ -1,0 +1,70 @@
+"""SLA: breach minutes per service and day, the breach minutes' P99 against the red line, who was co-located, penalties."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from starlette.responses import Response
+
+from app.auth.deps import CurrentUser
+from app.core.deps import SessionDep
+from app.core.errors import NotFound
+from app.web import dashboard_sla as ds
+from app.web.dashboard_common import active_document, chart_json, range_context, resolve
+from app.web.dashboard_queries import days_of
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+
+RED = "#D55E00"
+
+
+@router.get("/sla")
+def sla_page(
+    request: Request,
+    session: SessionDep,
+    user: CurrentUser,
+    start: date | None = None,
+    end: date | None = None,
+    service: Annotated[str, Query(max_length=200)] = "",
+) -> Response:
+    rc = resolve(start, end)
+    doc = active_document(session)
+    rows = ds.services(session=session, period=rc.period, doc=doc, tenants=user.visible_tenants())
+    months = ds.add_penalties(session=session, period=rc.period, rows=rows)
+    names = [r.service for r in rows]
+    if service and service not in names:
+        raise NotFound(f"No SLA service {service!r}")
+    chosen = next((r for r in rows if r.service == service), None) or next((r for r in rows if r.minutes), None) \
+        or (rows[0] if rows else None)
+    days = [d.isoformat() for d in days_of(rc.period)]
+    daily_chart = {"labels": days, "datasets": [{"label": r.service, "data": r.daily} for r in rows]}
+    breaches, total = ([], 0)
+    p99_chart = None
+    if chosen is not None:
+        breaches, total = ds.breach_minutes(session=session, period=rc.period, service=chosen.service,
+                                            tenants=user.visible_tenants())
+        ordered = list(reversed(breaches))  # oldest first for the chart
+        labels = [b.minute_end.astimezone(rc.period.tz).strftime("%m-%d %H:%M") for b in ordered]
+        datasets = [{"label": "P99 of the breach minute (ms)", "data": [b.p99_ms for b in ordered], "color": "#0072B2",
+                     "showLine": False, "pointRadius": 3}]
+        if chosen.p99_ms is not None:
+            datasets.append({"label": f"red line {chosen.p99_ms} ms", "data": [chosen.p99_ms] * len(ordered),
+                             "color": RED, "pointRadius": 0, "borderDash": [6, 4], "fill": False})
+        p99_chart = {"labels": labels, "datasets": datasets}
+    context = {
+        "title": "SLA",
+        "rows": rows,
+        "chosen": chosen,
+        "breaches": breaches,
+        "breach_total": total,
+        "months": months,
+        "daily_json": chart_json(daily_chart),
+        "p99_json": chart_json(p99_chart) if p99_chart else None,
+        "tz": rc.period.tz,
+        "any_breach": any(r.minutes for r in rows),
+        **range_context(request, rc, keep={"service": service}),
+    }
+    return render(request, "sla/index.html", context)

@@ -1,0 +1,95 @@
+"""Tenants: a sortable, filterable list (htmx partial) and one tenant's usage, invoices, penalties and quotas."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request
+from starlette.responses import Response
+
+from app.auth.deps import CurrentUser
+from app.core.deps import SessionDep
+from app.core.errors import NotFound
+from app.web import dashboard_tenants as dt
+from app.web.dashboard_common import active_document, chart_json, htmx_target, range_context, resolve, sparkline
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+
+SortKey = Literal["tenant", "spend", "gpu_hours", "efficiency", "delta"]
+TABLE_ID = "tenant-table"
+
+
+@router.get("/tenants")
+def tenant_list(
+    request: Request,
+    session: SessionDep,
+    user: CurrentUser,
+    start: date | None = None,
+    end: date | None = None,
+    sort: SortKey = "gpu_hours",
+    dir: Literal["asc", "desc"] = "desc",
+    q: Annotated[str, Query(max_length=100)] = "",
+) -> Response:
+    rc = resolve(start, end)
+    spend_month = dt.month_of(rc.period.end)
+    rows = dt.tenant_rows(session=session, period=rc.period, tenants=user.visible_tenants(), spend_month=spend_month)
+    shown = dt.sort_rows(rows, key=sort, descending=dir == "desc", needle=q)
+    context = {
+        "title": "Tenants",
+        "rows": shown,
+        "total_rows": len(rows),
+        "sparks": {r.tenant: sparkline(r.daily) for r in shown},
+        "spend_month": spend_month,
+        "sort": sort,
+        "dir": dir,
+        "q": q,
+        "table_id": TABLE_ID,
+        "table_url": request.url.path,
+        "base_query": {"start": rc.period.start.isoformat(), "end": rc.period.end.isoformat()},
+        **range_context(request, rc, keep={"sort": sort, "dir": dir, "q": q}),
+    }
+    # The sort links and the filter box ask for the table only; the range picker for the whole content.
+    block = "table" if htmx_target(request) == TABLE_ID else "content"
+    return render(request, "tenants/list.html", context, block=block)
+
+
+@router.get("/tenants/{tenant}")
+def tenant_detail(
+    request: Request,
+    tenant: str,
+    session: SessionDep,
+    user: CurrentUser,
+    start: date | None = None,
+    end: date | None = None,
+) -> Response:
+    # Same answer for "not yours" and "does not exist": a member learns nothing about other tenants.
+    if len(tenant) > 200 or not user.can_see_tenant(tenant):
+        raise NotFound(f"No tenant {tenant[:200]!r}")
+    doc = active_document(session)
+    if not dt.tenant_known(session=session, tenant=tenant, doc=doc):
+        raise NotFound(f"No tenant {tenant!r}")
+    rc = resolve(start, end)
+    days, busy, dark = dt.tenant_daily(session=session, period=rc.period, tenant=tenant)
+    chart = {
+        "labels": [d.isoformat() for d in days],
+        "datasets": [{"label": "busy", "data": busy, "color": "#0072B2"},
+                     {"label": "dark", "data": dark, "color": "#56B4E9"}],
+    }
+    invoices = dt.tenant_invoices(session=session, tenant=tenant)
+    tenant_doc = doc.tenant(tenant) if doc else None
+    context = {
+        "title": f"Tenant {tenant}",
+        "tenant": tenant,
+        "tenant_doc": tenant_doc,
+        "busy_total": sum(busy, dt.ZERO),
+        "dark_total": sum(dark, dt.ZERO),
+        "chart_json": chart_json(chart),
+        "invoices": invoices,
+        "penalties_paid": sum((i.penalties_paid for i in invoices), dt.ZERO),
+        "credits_received": sum((i.credits_received for i in invoices), dt.ZERO),
+        "quotas": dt.quota_use(session=session, period=rc.period, tenant=tenant, doc=doc),
+        **range_context(request, rc),
+    }
+    return render(request, "tenants/detail.html", context)

@@ -1,0 +1,71 @@
+/* Dashboard charts over days or minutes, on the vendored Chart.js. No inline scripts: each
+ * <canvas data-dash-chart="ID" data-kind="..."> draws the JSON of <script type="application/json" id="ID">
+ * ({labels, datasets:[{label, data, color?, ...Chart.js dataset options}]}).
+ * Kinds: "stacked-bars" (default), "bars" (stacked per label), "stacked-area", "line".
+ * Time axes skip labels that would overlap (app.js keeps every label: it draws one row per tenant).
+ */
+(function () {
+  "use strict";
+
+  var PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000", "#999999"];
+
+  function options(kind, unit) {
+    var stacked = kind === "stacked-bars" || kind === "bars" || kind === "stacked-area";
+    return {
+      responsive: true,
+      maintainAspectRatio: false,
+      animation: false,
+      interaction: { mode: "index", intersect: false },
+      scales: {
+        x: { stacked: stacked, ticks: { autoSkip: true, maxRotation: 0, autoSkipPadding: 12 } },
+        y: { stacked: stacked, beginAtZero: kind !== "line", title: { display: true, text: unit } }
+      },
+      plugins: {
+        legend: { position: "bottom" },
+        tooltip: {
+          callbacks: {
+            label: function (ctx) {
+              var v = ctx.parsed.y;
+              return ctx.dataset.label + ": " + v.toLocaleString(undefined, { maximumFractionDigits: 1 }) + " " + unit;
+            }
+          }
+        }
+      }
+    };
+  }
+
+  function draw(canvas) {
+    var source = document.getElementById(canvas.dataset.dashChart);
+    if (!source || !window.Chart) return;
+    var data = JSON.parse(source.textContent);
+    var kind = canvas.dataset.kind || "stacked-bars";
+    var unit = canvas.dataset.unit || "GPU-hours";
+    data.datasets.forEach(function (d, i) {
+      var colour = d.color || PALETTE[i % PALETTE.length];
+      d.borderColor = d.borderColor || colour;
+      d.backgroundColor = d.backgroundColor || (kind === "stacked-area" ? colour + "99" : colour);
+      if (kind === "stacked-area") {
+        d.fill = i === 0 ? "origin" : "-1";
+        d.pointRadius = 0;
+        d.tension = 0.2;
+      }
+    });
+    var existing = window.Chart.getChart(canvas);
+    if (existing) existing.destroy();
+    new window.Chart(canvas, {
+      type: kind === "stacked-bars" || kind === "bars" ? "bar" : "line",
+      data: data,
+      options: options(kind, unit)
+    });
+    canvas.dataset.rendered = "true";
+  }
+
+  function drawAll(root) {
+    if (!root || !root.querySelectorAll) return;
+    if (root.matches && root.matches("canvas[data-dash-chart]")) draw(root);
+    root.querySelectorAll("canvas[data-dash-chart]").forEach(draw);
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { drawAll(document); });
+  document.addEventListener("htmx:load", function (event) { drawAll(event.detail.elt); });
+})();
