@@ -1,0 +1,243 @@
+"""Dashboard load benchmark: the overview and its htmx partials vs /healthz on one real uvicorn over PostgreSQL.
+
+    .venv/bin/python benchmarks/dashboard_load.py --gpus 1024 --days 30 --requests 320 --concurrency 32
+
+Seeding: a month of a simulated 1,024-GPU fleet, ingested from the simulator source through the real
+ingestion path (timed and printed; about 0.35 s per hour of 1,024 GPUs here, so ~4 minutes a month).
+`--ingest-hours 24` ingests one day and repeats its rollup rows for the rest of the month in bulk
+(INSERT ... SELECT with the hour shifted: the same tables and shapes) for a quicker run.
+
+Load: per route, a fixed number of requests from an httpx async client with `--concurrency` in flight,
+stopped early at `--time-cap` seconds; loopback only. /healthz runs before and after the dashboard
+routes on the same server in the same run. Printed: p50/p99 per route, p99 / healthz p99, errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+from sqlalchemy import text  # noqa: E402
+
+from app.auth import service, sessions  # noqa: E402
+from app.core.db import make_engine, unit_of_work  # noqa: E402
+from app.core.timeutil import floor_hour, utcnow  # noqa: E402
+from app.metrics.ingest import ingest_hours  # noqa: E402
+from app.metrics.simulator import Simulator  # noqa: E402
+from app.metrics.simulator.policy import seed_policy  # noqa: E402
+from app.policy.service import import_version  # noqa: E402
+from tests.support.databases import drop_postgres_database, migrated, new_postgres_database  # noqa: E402
+
+HTMX = {"HX-Request": "true"}
+# (label, path, headers): the overview page, its range swap (htmx content block) and its live partials.
+ROUTES = [
+    ("overview page", "/", {}),
+    ("overview htmx range", "/?start={start}&end={end}", {**HTMX, "HX-Target": "main"}),
+    ("partial: ingestion health", "/overview/health", HTMX),
+    ("partial: SLA status", "/overview/sla", HTMX),
+]
+
+# Day-by-day copies of the ingested rollups (PostgreSQL): the same rows with the hour shifted by :shift days.
+SHIFT = "make_interval(days => :shift)"
+REPLICATE = [
+    f"""INSERT INTO ingest_hour (hour, status, policy_version_id, attempts, last_error, ingested_at, duration_s)
+        SELECT hour + {SHIFT}, status, policy_version_id, attempts, last_error, ingested_at + {SHIFT}, duration_s
+        FROM ingest_hour WHERE hour >= :s AND hour < :e""",
+    f"""INSERT INTO pool_hour (hour, pool, gpus, capacity_gpu_seconds, dark_minutes, policy_version_id)
+        SELECT hour + {SHIFT}, pool, gpus, capacity_gpu_seconds, dark_minutes, policy_version_id
+        FROM pool_hour WHERE hour >= :s AND hour < :e""",
+    f"""INSERT INTO pool_hour_model (hour, pool, model, gpus, measured_gpus, measured_kwh)
+        SELECT hour + {SHIFT}, pool, model, gpus, measured_gpus, measured_kwh
+        FROM pool_hour_model WHERE hour >= :s AND hour < :e""",
+    f"""INSERT INTO usage_rollup (hour, pool, tenant, klass, dark, gpu_seconds, activity_sum, activity_samples,
+                                 policy_version_id)
+        SELECT hour + {SHIFT}, pool, tenant, klass, dark, gpu_seconds, activity_sum, activity_samples, policy_version_id
+        FROM usage_rollup WHERE hour >= :s AND hour < :e""",
+    f"""INSERT INTO breach_minute (hour, service, service_tenant, pool, minute_end, p99_ms)
+        SELECT hour + {SHIFT}, service, service_tenant, pool, minute_end + {SHIFT}, p99_ms
+        FROM breach_minute WHERE hour >= :s AND hour < :e""",
+    f"""INSERT INTO breach_share (breach_id, tenant, gpu_seconds)
+        SELECT nb.id, sh.tenant, sh.gpu_seconds
+        FROM breach_minute ob JOIN breach_share sh ON sh.breach_id = ob.id
+        JOIN breach_minute nb ON nb.service = ob.service AND nb.minute_end = ob.minute_end + {SHIFT}
+        WHERE ob.hour >= :s AND ob.hour < :e""",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def seed(url: str, *, gpus: int, days: int, ingest_hours_n: int) -> dict:
+    """Policy, admin session, `ingest_hours_n` simulator hours through ingestion, the rest copied in bulk."""
+    engine = make_engine(url)
+    sim = Simulator(seed=42, gpus=gpus, scrape_interval_s=30)
+    end = floor_hour(utcnow())
+    start = end - timedelta(days=days)
+    with unit_of_work(engine) as session:
+        import_version(session=session, document=seed_policy(sim), actor="bench", effective_from=start - timedelta(days=1))
+        user = service.create_user(session=session, name="bench", role="admin", password=None, actor="bench")
+        session_id = service.start_session(session=session, user=user)
+    ingest_end = min(end, start + timedelta(hours=ingest_hours_n))
+    began = time.perf_counter()
+    with unit_of_work(engine) as session:
+        report = ingest_hours(session=session, source=sim.source(), start=start, end=ingest_end, scrape_interval_s=30)
+    ingest_s = time.perf_counter() - began
+    hours_done = len(report.ok)
+    assert hours_done and not report.gaps, (hours_done, report.gaps)
+    per_hour = ingest_s / hours_done
+    out = {"ingested_hours": hours_done, "ingest_s": ingest_s, "projected_month_s": per_hour * days * 24,
+           "copied_hours": 0, "copy_s": 0.0, "start": start, "end": end, "session_id": session_id}
+    if ingest_end < end:
+        if (ingest_end - start) % timedelta(days=1):
+            raise SystemExit("--ingest-hours must be a whole number of days when the rest is copied")
+        span = (ingest_end - start) // timedelta(days=1)
+        copies = days // span - 1
+        began = time.perf_counter()
+        with engine.begin() as conn:
+            for c in range(1, copies + 1):  # the ingested block of `span` days, shifted by c * span days
+                for statement in REPLICATE:
+                    conn.execute(text(statement), {"s": start, "e": ingest_end, "shift": c * span})
+        with engine.begin() as conn:
+            conn.execute(text("ANALYZE"))
+        out["copy_s"] = time.perf_counter() - began
+        out["copied_hours"] = copies * span * 24
+    with engine.connect() as conn:
+        out["usage_rows"] = conn.execute(text("SELECT count(*) FROM usage_rollup")).scalar()
+        out["pool_hours"] = conn.execute(text("SELECT count(*) FROM pool_hour")).scalar()
+        out["breach_minutes"] = conn.execute(text("SELECT count(*) FROM breach_minute")).scalar()
+    engine.dispose()
+    return out
+
+
+async def load(client: httpx.AsyncClient, path: str, headers: dict, *, requests: int, concurrency: int,
+               time_cap: float) -> dict:
+    """`requests` GETs with `concurrency` in flight (bounded by `time_cap` seconds); latencies in ms."""
+    latencies: list[float] = []
+    errors = 0
+    sent = 0
+    deadline = time.monotonic() + time_cap
+
+    async def worker():
+        nonlocal errors, sent
+        while sent < requests and time.monotonic() < deadline:
+            sent += 1
+            t0 = time.perf_counter()
+            try:
+                r = await client.get(path, headers=headers)
+                await r.aread()
+                if r.status_code != 200:
+                    errors += 1
+            except httpx.HTTPError:
+                errors += 1
+            latencies.append((time.perf_counter() - t0) * 1000)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    wall = time.perf_counter() - began
+    latencies.sort()
+    return {"n": len(latencies), "errors": errors, "p50": statistics.median(latencies),
+            "p99": latencies[max(0, int(len(latencies) * 0.99) - 1)], "rps": len(latencies) / wall}
+
+
+async def run_load(base: str, cookie: str, args, start: str, end: str) -> list[tuple[str, dict]]:
+    limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
+    async with httpx.AsyncClient(base_url=base, cookies={sessions.SESSION_COOKIE: cookie}, timeout=60,
+                                 limits=limits) as client:
+        routes = [(label, path.format(start=start, end=end), headers) for label, path, headers in ROUTES]
+        for label, path, headers in routes:  # warm-up and a check that every route answers
+            r = await client.get(path, headers=headers)
+            if r.status_code != 200:
+                raise SystemExit(f"{label} {path}: HTTP {r.status_code}")
+        kw = {"requests": args.requests, "concurrency": args.concurrency, "time_cap": args.time_cap}
+        results = [("/healthz (before)", await load(client, "/healthz", {}, **kw))]
+        for label, path, headers in routes:
+            results.append((label, await load(client, path, headers, **kw)))
+        results.append(("/healthz (after)", await load(client, "/healthz", {}, **kw)))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gpus", type=int, default=1024)
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--ingest-hours", type=int, default=None,
+                        help="hours ingested through the simulator (default: all; the rest is copied in bulk)")
+    parser.add_argument("--requests", type=int, default=320, help="requests per route")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--time-cap", type=float, default=90.0, help="seconds per route at most")
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    args = parser.parse_args()
+
+    url = migrated(new_postgres_database("cbbench"))
+    proc = None
+    try:
+        print(f"seeding {args.days} days of a {args.gpus}-GPU simulated fleet into PostgreSQL ...", flush=True)
+        info = seed(url, gpus=args.gpus, days=args.days, ingest_hours_n=args.ingest_hours or args.days * 24)
+        print(f"  simulator -> ingestion: {info['ingested_hours']} h in {info['ingest_s']:.1f} s "
+              f"({info['ingest_s'] / info['ingested_hours']:.2f} s/hour; a whole month would take "
+              f"~{info['projected_month_s'] / 60:.0f} min)")
+        if info["copied_hours"]:
+            print(f"  bulk copy of the ingested days: {info['copied_hours']} h in {info['copy_s']:.1f} s")
+        print(f"  rows: usage_rollup {info['usage_rows']:,}, pool_hour {info['pool_hours']:,}, "
+              f"breach_minute {info['breach_minutes']:,}")
+        port = free_port()
+        env = {**os.environ, "CHARGEBACK_DATABASE_URL": url}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
+             "--workers", str(args.workers), "--log-level", "warning", "--no-access-log"],
+            cwd=ROOT, env=env,
+        )
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("uvicorn did not come up")
+            time.sleep(0.2)
+        cookie = sessions.sign_session_id(info["session_id"])
+        from app.core.settings import get_settings
+
+        tz = get_settings().tz
+        start = info["start"].astimezone(tz).date().isoformat()
+        end = (info["end"] - timedelta(seconds=1)).astimezone(tz).date().isoformat()
+        print(f"load: {args.requests} requests per route, {args.concurrency} concurrent, cap {args.time_cap:.0f} s, "
+              f"{args.workers} uvicorn worker(s), loopback {base}")
+        results = asyncio.run(run_load(base, cookie, args, start, end))
+        health = max(r["p99"] for label, r in results if label.startswith("/healthz"))
+        print(f"\n{'route':30} {'n':>5} {'err':>4} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>7} {'p99/healthz':>12}")
+        errors = 0
+        for label, r in results:
+            errors += r["errors"]
+            print(f"{label:30} {r['n']:>5} {r['errors']:>4} {r['p50']:>8.1f} {r['p99']:>8.1f} {r['rps']:>7.1f} "
+                  f"{r['p99'] / health:>11.2f}x")
+        worst = max(r["p99"] for label, r in results if not label.startswith("/healthz"))
+        print(f"\nworst dashboard p99 / healthz p99 (max of before/after) = {worst / health:.2f}x (goal <= 5x); "
+              f"errors = {errors} (goal 0)")
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=20)
+        drop_postgres_database(url)
+
+
+if __name__ == "__main__":
+    main()

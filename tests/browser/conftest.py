@@ -1,0 +1,166 @@
+"""A real portal for browser tests: PostgreSQL built by migrations, seeded by the simulator through ingestion and
+rating, served by a uvicorn subprocess on a free loopback port; one headless chromium for the module."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import sync_playwright
+
+from app.auth import service
+from app.billing import periods
+from app.core.db import make_engine, unit_of_work
+from app.core.settings import get_settings
+from app.core.timeutil import floor_hour, utcnow
+from app.metrics.ingest import ingest_hours
+from app.metrics.simulator import Simulator
+from app.metrics.simulator.policy import seed_policy
+from app.policy.service import import_version
+from tests.support.databases import drop_postgres_database, migrated, new_postgres_database
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "artifacts" / "screenshots"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+PASSWORD = "browser-suite-passphrase"
+DAYS = 7
+# name -> (role, tenants)
+USERS = {"ada": ("admin", []), "olga": ("operator", []), "rex": ("reviewer", []), "fin": ("finance", []),
+         "tess": ("tenant", ["search"])}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _months(start, end) -> list[str]:
+    tz = get_settings().tz
+    out, h = [], start
+    while h < end:
+        m = h.astimezone(tz).strftime("%Y-%m")
+        if m not in out:
+            out.append(m)
+        h += timedelta(hours=1)
+    return out
+
+
+@pytest.fixture(scope="session")
+def portal(tmp_path_factory):
+    """Base URL of a seeded portal: DAYS days of a 32-GPU simulated cluster, every touched month rated."""
+    url = migrated(new_postgres_database("cbbrowser"))
+    engine = make_engine(url)
+    sim = Simulator(seed=7, gpus=32, scrape_interval_s=30)
+    end = floor_hour(utcnow())
+    start = end - timedelta(days=DAYS)
+    with unit_of_work(engine) as session:
+        import_version(session=session, document=seed_policy(sim), actor="seed", effective_from=start - timedelta(days=1))
+        for name, (role, tenants) in USERS.items():
+            service.create_user(session=session, name=name, role=role, password=PASSWORD, tenants=tenants, actor="seed")
+    with unit_of_work(engine) as session:
+        report = ingest_hours(session=session, source=sim.source(), start=start, end=end, scrape_interval_s=30)
+    assert len(report.ok) == DAYS * 24 and not report.gaps
+    months = _months(start, end)
+    with unit_of_work(engine) as session:
+        for month in months:
+            periods.rate(session=session, period=month, actor="seed")
+    engine.dispose()
+
+    port = free_port()
+    env = {**os.environ, "CHARGEBACK_DATABASE_URL": url}
+    log_path = tmp_path_factory.mktemp("uvicorn") / "uvicorn.log"
+    log = open(log_path, "w+")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.seek(0)
+                pytest.fail(f"uvicorn did not come up:\n{log.read()}")
+            time.sleep(0.2)
+        yield {"base": base, "months": months, "month": months[-1], "start": start, "end": end}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.seek(0)
+        server_log = log.read()
+        log.close()
+        drop_postgres_database(url)
+        assert "Traceback" not in server_log, server_log[-5000:]
+        assert PASSWORD not in server_log
+
+
+@pytest.fixture(scope="session")
+def browser():
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+class Console:
+    """Console errors and uncaught page errors of every page opened through `open_as`."""
+
+    def __init__(self):
+        self.problems: list[str] = []
+
+    def watch(self, page, who: str) -> None:
+        page.on("console", lambda m: self.problems.append(f"{who} console {m.type}: {m.text} @ {page.url}")
+                if m.type == "error" and not _expected(m.text) else None)
+        page.on("pageerror", lambda e: self.problems.append(f"{who} page error: {e} @ {page.url}"))
+
+
+def _expected(text: str) -> bool:
+    # A deliberate 403/404 page load is reported by chromium as a failed resource; that is the test, not a bug.
+    return "Failed to load resource: the server responded with a status of 40" in text
+
+
+@pytest.fixture(scope="session")
+def console():
+    return Console()
+
+
+@pytest.fixture(scope="session")
+def sessions(portal, browser, console):
+    """Signed-in browser contexts by user name (each signs in once, through the login form)."""
+    contexts = {}
+
+    def open_as(name: str, *, width: int = 1280, height: int = 900):
+        key = (name, width)
+        if key not in contexts:
+            ctx = browser.new_context(viewport={"width": width, "height": height}, accept_downloads=True)
+            page = ctx.new_page()
+            console.watch(page, name)
+            page.goto(f"{portal['base']}/login")
+            page.fill("#username", name)
+            page.fill("#password", PASSWORD)
+            page.click("main button[type=submit]")
+            # argon2 takes a second or more on a busy 2-core machine.
+            page.wait_for_url(lambda u: "/login" not in u, timeout=60000)
+            contexts[key] = page
+        return contexts[key]
+
+    yield open_as
+    for page in contexts.values():
+        page.context.close()

@@ -1,0 +1,220 @@
+"""The portal in headless chromium against a real uvicorn + PostgreSQL seeded by the simulator.
+
+Every view is screenshotted to artifacts/screenshots/ (1280 px; the overview also at 375 px).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+
+from app.core.timeutil import floor_hour, utcnow
+from tests.browser.conftest import SHOTS
+
+pytestmark = pytest.mark.browser
+
+CHARTS_JS = """() => Array.from(document.querySelectorAll('main canvas')).map(c => {
+    const chart = Chart.getChart(c);
+    const ctx = c.getContext('2d');
+    const pixels = ctx.getImageData(0, 0, c.width, c.height).data;
+    let painted = 0;
+    for (let i = 3; i < pixels.length; i += 4) if (pixels[i] > 0) painted++;
+    return {id: c.id, rendered: c.dataset.rendered === 'true', width: c.clientWidth, height: c.clientHeight,
+            labels: chart ? chart.data.labels.length : 0,
+            total: chart ? chart.data.datasets.reduce((s, d) => s + d.data.reduce((a, b) => a + (+b || 0), 0), 0) : 0,
+            painted: painted};
+})"""
+
+
+def shot(page, name: str) -> None:
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def charts(page) -> list[dict]:
+    page.wait_for_load_state("load")
+    page.wait_for_function("() => Array.from(document.querySelectorAll('main canvas')).every(c => c.dataset.rendered === 'true')",
+                           timeout=15000)
+    return page.evaluate(CHARTS_JS)
+
+
+def assert_charts_drawn(page, minimum: int) -> list[dict]:
+    found = charts(page)
+    assert len(found) >= minimum, found
+    for c in found:
+        assert c["labels"] > 0 and c["total"] > 0, c
+        assert c["painted"] > 500 and c["width"] > 200, c  # pixels really drawn, not an empty canvas
+    return found
+
+
+def no_overflow(page) -> int:
+    return page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+
+
+def test_overview_charts_and_phone_width(portal, sessions, console):
+    page = sessions("ada")
+    page.goto(f"{portal['base']}/")
+    assert_charts_drawn(page, 1)
+    shot(page, "overview")
+    phone = sessions("ada", width=375, height=812)
+    phone.goto(f"{portal['base']}/")
+    assert_charts_drawn(phone, 1)
+    assert no_overflow(phone) <= 0, "the overview is wider than a 375 px phone"
+    shot(phone, "overview-phone")
+    assert not console.problems, console.problems
+
+
+def test_views_render_with_data_and_keyboard(portal, sessions, console):
+    page = sessions("ada")
+    base = portal["base"]
+    page.goto(f"{base}/fleet")
+    cells = page.locator(".heat-cell[title*='%']").count()
+    assert cells >= len(portal["months"]) * 3  # three pools, at least one ingested day each
+    assert page.get_by_text("no measurement").first.is_visible()
+    shot(page, "fleet")
+
+    page.goto(f"{base}/tenants")
+    rows = page.locator("#tenant-table tbody tr")
+    assert rows.count() >= 5
+    # Sort by name through the htmx partial: only the table is swapped, the URL follows.
+    page.locator("#tenant-table thead a.sort", has_text="Tenant").click()
+    page.wait_for_url(re.compile(r"sort=tenant"))
+    page.wait_for_function("() => document.querySelector('#tenant-table th[aria-sort]')?.textContent.includes('Tenant')")
+    names = page.locator("#tenant-table tbody th a").all_inner_texts()
+    assert names == sorted(names, reverse=True) or names == sorted(names)
+    # Filter as you type (keyboard only).
+    page.locator("#tenant-filter").focus()
+    page.keyboard.type("vis")
+    page.wait_for_function("() => document.querySelectorAll('#tenant-table tbody th a').length === 1")
+    assert page.locator("#tenant-table tbody th a").inner_text() == "vision"
+    assert page.evaluate("document.activeElement.id") == "tenant-filter"  # focus survives the swap
+    page.fill("#tenant-filter", "")
+    page.wait_for_function("() => document.querySelectorAll('#tenant-table tbody th a').length >= 5")
+    shot(page, "tenants")
+
+    page.goto(f"{base}/sla")
+    assert_charts_drawn(page, 1)
+    assert page.locator("table").first.is_visible()
+    shot(page, "sla")
+
+    # Date-range presets are real links reachable by keyboard; the picker swaps #main in place.
+    page.goto(f"{base}/tenants")
+    preset = page.locator(".range-presets a", has_text="Last 30 days")
+    preset.focus()
+    outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
+    assert outline != "none"  # focus is visible
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r"start=.*end="))
+    assert "Last 30 days" in page.locator(".range-presets a[aria-current=true]").all_inner_texts()
+    assert not console.problems, console.problems
+
+
+def test_drill_overview_to_tenant_to_invoice_pdf(portal, sessions, console):
+    page = sessions("ada")
+    base, month = portal["base"], portal["month"]
+    page.goto(f"{base}/")
+    page.locator("main a[href^='/tenants/vision']").first.click()
+    page.wait_for_url(re.compile(r"/tenants/vision"))
+    assert_charts_drawn(page, 1)
+    shot(page, "tenant-detail")
+    page.locator(f"main a[href='/billing/{month}/vision']").click()
+    page.wait_for_url(f"{base}/billing/{month}/vision")
+    assert page.locator("h1").inner_text().startswith(f"Invoice {month}")
+    shot(page, "invoice")
+    # The invoice page has no PDF link of its own; the period's PDF (all invoices) is on the period page.
+    page.goto(f"{base}/billing/{month}")
+    with page.expect_download() as download:
+        page.locator("main a", has_text="PDF").click()
+    pdf = download.value.path().read_bytes()
+    assert pdf.startswith(b"%PDF") and len(pdf) > 1000
+    page.goto(f"{base}/billing")
+    shot(page, "billing")
+    assert not console.problems, console.problems
+
+
+def test_change_request_review_release_history(portal, sessions, console):
+    base = portal["base"]
+    op = sessions("olga")
+    op.goto(f"{base}/policy/changes/new")
+    op.fill("#title", "Shrink the vision guarantee")
+    op.fill("#justification", "Vision trains mostly in dark time; free guaranteed GPUs for etl.")
+    op.click("main button:has-text('Save draft')")
+    op.wait_for_url(re.compile(r"/policy/changes/\d+$"))
+    change_url = op.url
+    change_id = change_url.rsplit("/", 1)[1]
+    op.fill("input[name=path]", "quotas[vision/mixed-a100].guaranteed_gpus")
+    op.fill("input[name=value]", "1")
+    op.click("main button:has-text('Set field')")
+    op.wait_for_load_state("load")
+    op.click("main button:has-text('Submit for review')")
+    op.wait_for_function("() => document.body.innerText.includes('submitted')")
+
+    reviewer = sessions("rex")
+    reviewer.goto(change_url)
+    reviewer.fill("#review-comment", "Fine: etl needs it.")
+    reviewer.click("main button:has-text('Approve')")
+    reviewer.wait_for_function("() => document.body.innerText.includes('approved')")
+    shot(reviewer, "change-request")
+
+    op.goto(f"{base}/policy/releases")
+    planned = (utcnow() + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
+    op.fill("input[name=name]", "search-chat 2.4")
+    op.fill("input[name=service]", "search-chat")
+    op.fill("input[name=planned_at]", planned)
+    op.click("main button:has-text('Plan')")
+    op.wait_for_selector("text=search-chat 2.4")
+    op.select_option("select[name=change_id]", change_id)
+    op.click("main button:has-text('Attach')")
+    op.wait_for_selector(f"main a[href='/policy/changes/{change_id}']")
+    effective = (floor_hour(utcnow()) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+    op.fill("input[name=effective_from]", effective)
+    op.click("main button:has-text('Apply policy')")
+    op.wait_for_selector("text=Applied as")
+    shot(op, "releases")
+
+    op.goto(f"{base}/policy/versions")
+    history = op.locator("main").inner_text()
+    assert "Version 2" in history and "guaranteed_gpus" in history
+    op.goto(f"{base}/policy")
+    shot(op, "policy")
+    op.goto(f"{base}/policy/audit")
+    assert "release" in op.locator("main").inner_text().lower()
+    shot(op, "audit")
+    assert not console.problems, console.problems
+
+
+def test_finance_closes_a_period(portal, sessions, console):
+    fin = sessions("fin")
+    month = portal["month"]
+    fin.goto(f"{portal['base']}/billing/{month}")
+    assert "rated" in fin.locator("main").inner_text()
+    # The current month is still running: finance closes it with the gaps accepted and a reason.
+    fin.check("input[name=accept_gaps]")
+    fin.fill("#reason", "Browser test: closing the running month on purpose")
+    fin.click(f"main button:has-text('Finalize {month}')")
+    fin.wait_for_function("() => document.querySelector('main').innerText.includes('finalized')")
+    assert fin.locator("main button:has-text('Finalize')").count() == 0
+    assert not console.problems, console.problems
+
+
+def test_tenant_member_cannot_reach_other_tenants(portal, sessions, console):
+    page = sessions("tess")
+    base, month = portal["base"], portal["month"]
+    page.goto(f"{base}/tenants")
+    assert page.locator("#tenant-table tbody th a").all_inner_texts() == ["search"]
+    for path in ("/tenants/vision", f"/billing/{month}/vision", "/tenants/etl"):
+        response = page.goto(f"{base}{path}")
+        assert response.status == 404, path
+        assert "vision" not in page.locator("main").inner_text().replace("'vision'", "") or path.endswith("vision")
+    assert page.goto(f"{base}/fleet").status == 403
+    assert page.goto(f"{base}/tenants/search").status == 200
+    assert "vision" not in page.content()
+
+
+def test_admin_users_screenshot(portal, sessions, console):
+    page = sessions("ada")
+    page.goto(f"{portal['base']}/admin/users")
+    assert page.locator("main table").count() >= 1
+    shot(page, "admin-users")
+    assert not console.problems, console.problems
