@@ -46,8 +46,12 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/admin/tokens"): ADMIN,
     ("POST", "/admin/tokens"): ADMIN,
     ("POST", "/admin/tokens/{token_id}/revoke"): ADMIN,
-    # pages
+    # pages (dashboard: tenant members see only their tenants)
     ("GET", "/"): SIGNED_IN,
+    ("GET", "/tenants"): SIGNED_IN,
+    ("GET", "/tenants/{tenant}"): SIGNED_IN,
+    ("GET", "/sla"): SIGNED_IN,
+    ("GET", "/fleet"): STAFF,
     # billing and usage (tenant members: only their own tenants, others answered 404)
     ("GET", "/api/v1/usage"): SIGNED_IN,
     ("GET", "/api/v1/periods"): SIGNED_IN,
@@ -75,6 +79,7 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/api/v1/policy/changes/{change_id}"): STAFF,
     ("GET", "/api/v1/policy/changes/{change_id}/preview"): STAFF,
     ("PATCH", "/api/v1/policy/changes/{change_id}"): OPERATOR,
+    ("POST", "/api/v1/policy/changes/{change_id}/fields"): OPERATOR,
     ("POST", "/api/v1/policy/changes/{change_id}/submit"): OPERATOR,
     ("POST", "/api/v1/policy/changes/{change_id}/approve"): REVIEWER,
     ("POST", "/api/v1/policy/changes/{change_id}/reject"): REVIEWER,
@@ -102,6 +107,7 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/policy/changes/{change_id}"): STAFF,
     ("GET", "/policy/changes/{change_id}/edit"): OPERATOR,
     ("POST", "/policy/changes/{change_id}"): OPERATOR,
+    ("POST", "/policy/changes/{change_id}/fields"): OPERATOR,
     ("POST", "/policy/changes/{change_id}/submit"): OPERATOR,
     ("POST", "/policy/changes/{change_id}/approve"): REVIEWER,
     ("POST", "/policy/changes/{change_id}/reject"): REVIEWER,

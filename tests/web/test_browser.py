@@ -1,6 +1,7 @@
 """A real uvicorn and headless chromium: sign in, the overview draws its chart from ingested simulator data.
 
-Screenshots go to artifacts/screenshots/ (overview.png at 1280 px, overview-phone.png at 390 px).
+Screenshots go to artifacts/screenshots/: overview.png (1280 px), overview-phone.png (390 px), admin-tokens.png,
+admin-users.png.
 """
 
 from __future__ import annotations
@@ -152,6 +153,10 @@ def test_sign_in_and_overview_chart(portal):
             page.wait_for_selector("text=revoked")
             assert page.locator("#new-token").count() == 0  # gone after the next render
             assert httpx.get(f"{portal}/api/v1/me", headers={"Authorization": f"Bearer {token}"}).status_code == 401
+
+            page.goto(f"{portal}/admin/users")
+            assert page.locator("tbody th[scope=row]", has_text="ada").count() == 1
+            page.screenshot(path=str(SHOTS / "admin-users.png"), full_page=True)
 
             phone = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2)
             phone.on("pageerror", lambda e: problems.append(f"phone page error: {e}"))
