@@ -14,6 +14,7 @@ from app.auth import routes as auth_routes
 from app.auth.sessions import CsrfCookieMiddleware
 from app.core import problems
 from app.web import billing as web_billing
+from app.web import dashboard_overview as web_dashboard_overview
 from app.web import fleet as web_fleet
 from app.web import overview as web_overview
 from app.web import policy as web_policy
@@ -56,6 +57,7 @@ def create_app() -> FastAPI:
     app.include_router(web_tenants.router)
     app.include_router(web_fleet.router)
     app.include_router(web_sla.router)
+    app.include_router(web_dashboard_overview.router)
     return app
 
 

@@ -1,0 +1,104 @@
+"""The overview's dashboard panels: cost and utilisation this month vs last, GPU-hours by class per day
+(idle included), dark-time share, and the live partials (ingestion health, SLA status) refreshed by htmx."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+from fastapi import APIRouter, Request
+from sqlmodel import Session
+from starlette.responses import Response
+
+from app.auth.deps import CurrentUser, Principal
+from app.billing.loader import DocumentCache
+from app.core.deps import SessionDep
+from app.web import dashboard_queries as dq
+from app.web import dashboard_sla as ds
+from app.web.dashboard_common import active_document, chart_json, presets, resolve
+from app.web.queries import DateRange
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+
+# Colours by class, fixed so the same class has the same colour on every chart (Okabe-Ito).
+CLASS_COLOURS = {"inference": "#0072B2", "training": "#009E73", "preprocessing": "#E69F00",
+                 "unallocated": "#CC79A7", "idle": "#BBBBBB"}
+
+
+def _month_bounds(day: date, tz: ZoneInfo) -> tuple[str, datetime, datetime]:
+    first = day.replace(day=1)
+    nxt = (first + timedelta(days=32)).replace(day=1)
+    return (f"{first.year:04d}-{first.month:02d}", datetime.combine(first, time(0), tz), datetime.combine(nxt, time(0), tz))
+
+
+def cost_comparison(*, session: Session, today: date, tz: ZoneInfo, now: datetime) -> dict:
+    """Fleet cost and utilisation of this month (to date) and last month."""
+    docs = DocumentCache(session)
+    month, start, _ = _month_bounds(today, tz)
+    last_month, last_start, last_end = _month_bounds(start.date() - timedelta(days=1), tz)
+    this = ds.month_cost(session=session, month=month, start=start, end=now, docs=docs)
+    last = ds.month_cost(session=session, month=last_month, start=last_start, end=last_end, docs=docs)
+    return {"this": this, "last": last}
+
+
+def daily_chart(usage: dq.DailyUsage) -> str:
+    """Stacked GPU-hours per day and class, idle capacity on top (whole fleet only)."""
+    labels = [d.isoformat() for d in usage.days]
+    datasets = []
+    for klass in dq.CLASSES:
+        series = usage.by_class.get(klass)
+        if series:
+            datasets.append({"label": klass, "data": [series.get(d, 0) for d in usage.days],
+                             "color": CLASS_COLOURS[klass]})
+    if usage.idle is not None and any(usage.idle.values()):
+        datasets.append({"label": "idle", "data": [usage.idle.get(d, 0) for d in usage.days], "color": CLASS_COLOURS["idle"]})
+    return chart_json({"labels": labels, "datasets": datasets})
+
+
+def extras(*, session: Session, user: Principal, period: DateRange, now: datetime, today: date) -> dict:
+    """Context the overview template needs for the dashboard panels."""
+    tenants = user.visible_tenants()
+    usage = dq.daily_usage(session=session, period=period, tenants=tenants)
+    context = {
+        "daily_json": daily_chart(usage),
+        "daily_has_data": any(usage.by_class.values()),
+        "dark": dq.dark_share(session=session, period=period, tenants=tenants),
+        "cost": cost_comparison(session=session, today=today, tz=period.tz, now=now) if tenants is None else None,
+        "range_presets_overview": [
+            {"label": label, "href": f"/?start={s.isoformat()}&end={e.isoformat()}",
+             "current": s == period.start and e == period.end}
+            for label, s, e in presets(today)
+        ],
+    }
+    context.update(health_context(session=session, period=period, now=now))
+    context.update(sla_context(session=session, user=user, today=today, tz=period.tz, now=now))
+    return context
+
+
+def health_context(*, session: Session, period: DateRange, now: datetime) -> dict:
+    return {"health": dq.ingestion_health(session=session, period=period, now=now), "now": now, "tz": period.tz,
+            "health_period": period}
+
+
+def sla_context(*, session: Session, user: Principal, today: date, tz: ZoneInfo, now: datetime) -> dict:
+    month = DateRange(start=today.replace(day=1), end=today, tz=tz)
+    rows = ds.services(session=session, period=month, doc=active_document(session), tenants=user.visible_tenants())
+    return {"sla_status": rows, "sla_month": f"{today.year:04d}-{today.month:02d}", "now": now, "tz": tz}
+
+
+@router.get("/overview/health")
+def health_panel(request: Request, session: SessionDep, user: CurrentUser, start: date | None = None,
+                 end: date | None = None) -> Response:
+    """The ingestion-health panel alone (polled by the overview every 60 s)."""
+    rc = resolve(start, end)
+    return render(request, "_partials/overview_health.html",
+                  health_context(session=session, period=rc.period, now=rc.now), block=None)
+
+
+@router.get("/overview/sla")
+def sla_panel(request: Request, session: SessionDep, user: CurrentUser) -> Response:
+    """The SLA-status panel alone (polled by the overview every 60 s)."""
+    rc = resolve(None, None)
+    return render(request, "_partials/overview_sla.html",
+                  sla_context(session=session, user=user, today=rc.today, tz=rc.period.tz, now=rc.now), block=None)

@@ -1,0 +1,92 @@
+"""Overview dashboard panels: cost this month vs last (rated or priced from rollups), GPU-hours by class per day with
+idle, dark-time share, ingestion health and SLA status partials (htmx, polled), tenant isolation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from app.billing import periods
+from app.billing.loader import DocumentCache
+from app.core.settings import get_settings
+from app.core.timeutil import floor_hour, utcnow
+from app.web import dashboard_overview, dashboard_queries
+from app.web.queries import DateRange
+from tests.auth.fixtures import make_user, sign_in
+from tests.billing.builders import add_hour, store_policy
+
+pytestmark = pytest.mark.anyio
+
+
+def _hours(n: int = 3) -> list[datetime]:
+    last = floor_hour(utcnow()) - timedelta(hours=1)
+    start = max(last.replace(day=1, hour=0), last - timedelta(hours=n - 1))
+    return [start + timedelta(hours=i) for i in range(n) if start + timedelta(hours=i) <= last]
+
+
+@pytest.fixture
+def seeded(session):
+    version = store_policy(session, effective_from=datetime(2026, 1, 1, tzinfo=UTC))
+    hours = _hours()
+    for hour in hours:
+        add_hour(session, hour=hour, version=version.id)
+    gap = hours[0] - timedelta(hours=1)
+    add_hour(session, hour=gap, version=version.id, status="gap")
+    session.commit()
+    return {"hours": hours, "gap": gap}
+
+
+def _period(hours) -> DateRange:
+    tz = get_settings().tz
+    return DateRange(start=hours[0].astimezone(tz).date() - timedelta(days=1), end=hours[-1].astimezone(tz).date(), tz=tz)
+
+
+async def test_daily_usage_idle_and_dark_share(session, seeded):
+    period = _period(seeded["hours"])
+    usage = dashboard_queries.daily_usage(session=session, period=period, tenants=None)
+    n = len(seeded["hours"])
+    assert sum(usage.by_class["training"].values()) == Decimal(4320 * n) / 3600
+    # Capacity 2 GPUs x 3600 s per hour; used 1800 + 2520 + 1800 + 360 = 6480 s: idle 720 s an hour.
+    assert sum(usage.idle.values()) == Decimal(720 * n) / 3600
+    member = dashboard_queries.daily_usage(session=session, period=period, tenants=frozenset({"etl"}))
+    assert member.idle is None and set(member.by_class) == {"preprocessing"}
+    dark = dashboard_queries.dark_share(session=session, period=period, tenants=None)
+    assert dark.minute_share == Decimal(25) / 60 and dark.hour_share == Decimal(1800) / Decimal(6480)
+
+
+async def test_month_cost_priced_from_rollups_then_from_rated_period(session, seeded):
+    hours = seeded["hours"]
+    tz = get_settings().tz
+    month, start, end = dashboard_overview._month_bounds(hours[0].astimezone(tz).date(), tz)
+    computed = dashboard_overview.ds.month_cost(session=session, month=month, start=start, end=end,
+                                                docs=DocumentCache(session))
+    # SPEC worked example: 2 A100s at 1.30 per GPU-hour = 2.60 per hour.
+    assert computed.source == "computed" and computed.cost == Decimal("2.60") * len(hours)
+    assert computed.utilisation == Decimal(6480) / Decimal(7200)
+    periods.rate(session=session, period=month, actor="test")
+    rated = dashboard_overview.ds.month_cost(session=session, month=month, start=start, end=end,
+                                             docs=DocumentCache(session))
+    assert rated.source == "rated" and rated.cost == computed.cost
+
+
+async def test_health_and_sla_partials(client, session, seeded):
+    sign_in(client, session, make_user(session, "vic", "viewer"))
+    health = await client.get("/overview/health", headers={"HX-Request": "true"})
+    assert health.status_code == 200 and "<html" not in health.text
+    assert 'hx-trigger="every 60s"' in health.text and 'id="panel-health"' in health.text
+    assert "1 gap hour" in health.text
+    sla = await client.get("/overview/sla", headers={"HX-Request": "true"})
+    assert sla.status_code == 200 and "<html" not in sla.text and 'hx-trigger="every 60s"' in sla.text
+    assert "search-chat" in sla.text and f">{2 * len(seeded['hours'])}<" in sla.text
+    bad = await client.get("/overview/health?start=2026-12-01&end=2026-11-01", headers={"HX-Request": "true"})
+    assert bad.status_code == 422 and "query.start" in bad.text
+
+
+async def test_sla_partial_shows_a_member_only_its_services(client, session, seeded):
+    sign_in(client, session, make_user(session, "tv", "tenant", tenants=["vision"]))
+    sla = await client.get("/overview/sla", headers={"HX-Request": "true"})
+    assert sla.status_code == 200 and "search-chat" not in sla.text and "search" not in sla.text
+    sign_in(client, session, make_user(session, "ts", "tenant", tenants=["search"]))
+    assert "search-chat" in (await client.get("/overview/sla")).text
