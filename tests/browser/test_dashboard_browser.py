@@ -144,17 +144,20 @@ def test_change_request_review_release_history(portal, sessions, console):
     change_url = op.url
     change_id = change_url.rsplit("/", 1)[1]
     op.fill("input[name=path]", "quotas[vision/mixed-a100].guaranteed_gpus")
-    op.fill("input[name=value]", "1")
-    op.click("main button:has-text('Set field')")
-    op.wait_for_load_state("load")
-    op.click("main button:has-text('Submit for review')")
-    op.wait_for_function("() => document.body.innerText.includes('submitted')")
+    op.fill("input[name=value]", "8")  # from 10; the lending limit (2) still fits
+    with op.expect_navigation():
+        op.click("main button:has-text('Set field')")
+    assert "guaranteed_gpus" in op.locator("main").inner_text()  # the diff against the base version
+    with op.expect_navigation():
+        op.click("main button:has-text('Submit for review')")
+    assert "submitted" in op.locator("main p").first.inner_text(), op.locator("main").inner_text()[:2000]
 
     reviewer = sessions("rex")
     reviewer.goto(change_url)
     reviewer.fill("#review-comment", "Fine: etl needs it.")
-    reviewer.click("main button:has-text('Approve')")
-    reviewer.wait_for_function("() => document.body.innerText.includes('approved')")
+    with reviewer.expect_navigation():
+        reviewer.click("main button:has-text('Approve')")
+    assert "approved" in reviewer.locator("main p").first.inner_text()
     shot(reviewer, "change-request")
 
     op.goto(f"{base}/policy/releases")
