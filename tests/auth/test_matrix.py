@@ -52,6 +52,8 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/tenants/{tenant}"): SIGNED_IN,
     ("GET", "/sla"): SIGNED_IN,
     ("GET", "/fleet"): STAFF,
+    ("GET", "/overview/health"): SIGNED_IN,
+    ("GET", "/overview/sla"): SIGNED_IN,
     # billing and usage (tenant members: only their own tenants, others answered 404)
     ("GET", "/api/v1/usage"): SIGNED_IN,
     ("GET", "/api/v1/periods"): SIGNED_IN,
