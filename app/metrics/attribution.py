@@ -180,7 +180,7 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
             if not counts:
                 continue
         pool_gpus[_pool_of(policy, s.labels.host)][s.labels.physical_gpu] = s.labels.model
-        if not s.labels.pod:
+        if not s.labels.pod or s.hourly:
             continue  # the unit reported, but no pod held it: capacity, not usage
         used.append(s)
         per_unit[unit].append((s, counts))
@@ -194,12 +194,18 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
 
     info: dict[int, tuple] = {}  # id(series) -> (pool, tenant, class, GPU-seconds per sample)
     classes: dict[tuple, tuple[str, str]] = {}
+    # Distinct GPU-seconds-per-sample values, keyed by a small int (hashing Fractions is slow).
+    weights: dict[Fraction, int] = {}
+    weight_list: list[Fraction] = []
     for s in used:
         ck = (s.labels.namespace, s.labels.workload_class)
         if ck not in classes:
             classes[ck] = _classify(policy, *ck)
         weight = interval * unit_fraction(s.labels.model, s.labels.mig_profile)
-        info[id(s)] = (_pool_of(policy, s.labels.host), *classes[ck], weight)
+        if weight not in weights:
+            weights[weight] = len(weight_list)
+            weight_list.append(weight)
+        info[id(s)] = (_pool_of(policy, s.labels.host), *classes[ck], weight, weights[weight])
 
     # Whole samples per (pool, tenant, class, dark, weight): integer sums in the hot loop, exact
     # fractions only for minutes where pods share a unit.
@@ -212,12 +218,18 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
     for unit_series in per_unit.values():
         if len(unit_series) == 1:  # one pod on the unit all hour: nothing to split
             s, counts = unit_series[0]
-            pool, tenant, klass, weight = info[id(s)]
+            pool, tenant, klass, weight, wi = info[id(s)]
             dark = dark_by_pool[pool]
-            dark_n = sum(c for t, c in counts.items() if t in dark) if dark else 0
-            busy_n = sum(counts.values()) - dark_n
-            sample_counts[(pool, tenant, klass, True, weight)] += dark_n
-            sample_counts[(pool, tenant, klass, False, weight)] += busy_n
+            total_n = sum(counts.values())
+            if not dark:
+                dark_n = 0
+            elif len(dark) == 60:
+                dark_n = total_n
+            else:
+                dark_n = sum(counts[t] for t in counts.keys() & dark)
+            busy_n = total_n - dark_n
+            sample_counts[(pool, tenant, klass, True, wi)] += dark_n
+            sample_counts[(pool, tenant, klass, False, wi)] += busy_n
             series_split[id(s)] = [dark_n, busy_n]
             if klass in COLOCATED_CLASSES:
                 for t in breach_times.get(pool, ()):
@@ -233,11 +245,11 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
             total = sum(c for _, c in entries)
             peak = max(c for _, c in entries)
             for s, c in entries:
-                pool, tenant, klass, weight = info[id(s)]
+                pool, tenant, klass, weight, wi = info[id(s)]
                 is_dark = t in dark_by_pool[pool]
                 series_split[id(s)][0 if is_dark else 1] += c
                 if total == peak:
-                    sample_counts[(pool, tenant, klass, is_dark, weight)] += c
+                    sample_counts[(pool, tenant, klass, is_dark, wi)] += c
                     seconds = weight * c
                 else:  # pods share the unit in this minute: equal split (see module docstring)
                     seconds = Fraction(c * peak, total) * weight
@@ -246,9 +258,9 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
                     colocated[(pool, t)][tenant] += seconds
 
     usage: dict[tuple, Fraction] = defaultdict(Fraction)
-    for (pool, tenant, klass, is_dark, weight), n in sample_counts.items():
+    for (pool, tenant, klass, is_dark, wi), n in sample_counts.items():
         if n:
-            usage[(pool, tenant, klass, is_dark)] += weight * n
+            usage[(pool, tenant, klass, is_dark)] += weight_list[wi] * n
     for key, seconds in shared.items():
         usage[key] += seconds
 
@@ -262,7 +274,7 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
         total_activity = s.activity.get(hi, 0.0)
         if not math.isfinite(total_activity):
             total_activity = 0.0
-        pool, tenant, klass, _ = info[id(s)]
+        pool, tenant, klass, _, _ = info[id(s)]
         for is_dark, k in ((True, dark_n), (False, busy_n)):
             if k:
                 acc = activity[(pool, tenant, klass, is_dark)]
@@ -302,16 +314,19 @@ def split_hours(batch: SourceBatch) -> dict[int, SourceBatch]:
     out = {h: SourceBatch(start=h, end=h + HOUR_S) for h in range(batch.start, batch.end, HOUR_S)}
     for s in batch.occupancy:
         parts: dict[int, OccupancySeries] = {}
+        if not s.samples:
+            continue
         items = list(s.samples.items())
-        keys = [t for t, _ in items]
+        keys = list(s.samples)
         if keys != sorted(keys):
             items.sort()
             keys.sort()
         # Samples are in time order: cut each hour out as one slice (C speed, no per-sample Python).
-        for h in out:
+        for h in range(max(hour_of(keys[0]), batch.start), min(hour_of(keys[-1]), batch.end - HOUR_S) + 1, HOUR_S):
             a, b = bisect_right(keys, h), bisect_right(keys, h + HOUR_S)
             if a < b:
-                part = parts[h] = OccupancySeries(labels=s.labels, metric=s.metric, samples=dict(items[a:b]))
+                part = parts[h] = OccupancySeries(labels=s.labels, metric=s.metric, samples=dict(items[a:b]),
+                                                  hourly=s.hourly)
                 out[h].occupancy.append(part)
         for t, a in s.activity.items():
             part = parts.get(hour_of(t))

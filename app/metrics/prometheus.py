@@ -11,7 +11,6 @@ Mimir and VictoriaMetrics.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,11 +18,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import requests
-from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from app.core.errors import Invalid, Unavailable
-from app.core.timeutil import epoch, from_epoch
+from app.core.timeutil import epoch
 from app.metrics.types import OCCUPANCY_METRICS, GpuEnergy, OccupancySeries, SeriesLabels, ServiceMinutes, SourceBatch
 from app.policy.document import PolicyDocument
 
@@ -33,6 +32,8 @@ MINUTE_S = 60
 # The labels that identify a unit and its pod; absent labels group as "" (both host spellings kept).
 UNIT_LABELS = "Hostname, hostname, UUID, gpu, modelName, GPU_I_ID, GPU_I_PROFILE, namespace, pod, container, workload_class"
 GPU_LABELS = "Hostname, hostname, UUID, modelName"
+SEEN_LABELS = "Hostname, hostname, UUID, gpu, modelName, GPU_I_ID, GPU_I_PROFILE"
+POD = 'pod!=""'  # dcgm-exporter sets pod="" on a free unit, which Prometheus stores as no label
 ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 POWER = "DCGM_FI_DEV_POWER_USAGE"
 # GPU_UTIL is a percentage; activity is kept as a 0..1 ratio like GR_ENGINE_ACTIVE.
@@ -66,7 +67,10 @@ class PrometheusSource:
     def __post_init__(self) -> None:
         retry = Retry(total=self.retries, backoff_factor=0.2, status_forcelist=(502, 503, 504),
                       allowed_methods=("GET", "POST"), raise_on_status=False)
-        self.client = PrometheusConnect(url=self.url.rstrip("/"), retry=retry, timeout=self.timeout_s)
+        # The client owns connection settings (retries, auth, TLS); its session also carries our raw GETs.
+        self._session = requests.Session()
+        self.client = PrometheusConnect(url=self.url.rstrip("/"), retry=retry, timeout=self.timeout_s,
+                                        session=self._session)
         # Points per series of a minute-step query must stay under Prometheus's limit.
         self.max_chunk_hours = max(1, min(self.max_chunk_hours, (MAX_POINTS - 1) * MINUTE_S // HOUR_S))
 
@@ -91,10 +95,15 @@ class PrometheusSource:
         # One HTTP worker issues the queries back to back (Prometheus sees them one at a time, as
         # if issued alone) while this thread decodes the previous answer.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="promql") as http:
-            futures = [http.submit(self._range, q, a, b, st) for q, a, b, st, _ in plan]
+            futures = [http.submit(self._get, q, a, b, st) for q, a, b, st, _ in plan]
             try:
-                for (*_, handle), future in zip(plan, futures):
-                    handle(future.result())
+                for (query, a, b, st, handle), future in zip(plan, futures):
+                    body, seconds = future.result()
+                    result = self._decode(body)
+                    del body
+                    if self.log is not None:
+                        self.log.append(QueryRecord(query, a, b, st, seconds, len(result)))
+                    handle(result)
             finally:
                 for future in futures:
                     future.cancel()
@@ -118,10 +127,19 @@ class PrometheusSource:
                     _series(out, item["metric"], metric).activity.update(
                         {int(t): float(v) * scale for t, v in item["values"]})
 
-            plan.append((f"sum by ({UNIT_LABELS}) ({_over(shard, 'count_over_time', metric, '59999ms')})",
+            def seen(result: list, metric: str = metric) -> None:
+                for item in result:
+                    series = _series(out, item["metric"], metric, hourly=True)
+                    series.samples.update({int(t): _count(v) for t, v in item["values"] if v != "0"})
+
+            # Per-minute counts only where a pod holds the unit (about half the points of a busy
+            # fleet); that a unit reported at all (capacity, metric choice) is counted per hour.
+            plan.append((f"sum by ({UNIT_LABELS}) ({_over(shard, 'count_over_time', metric, '59999ms', POD)})",
                          cs + MINUTE_S, ce, MINUTE_S, counts))
-            plan.append((f"sum by ({UNIT_LABELS}) ({_over(shard, 'sum_over_time', metric, '3599999ms')})",
+            plan.append((f"sum by ({UNIT_LABELS}) ({_over(shard, 'sum_over_time', metric, '3599999ms', POD)})",
                          cs + HOUR_S, ce, HOUR_S, sums))
+            plan.append((f"sum by ({SEEN_LABELS}) ({_over(shard, 'count_over_time', metric, '3599999ms')})",
+                         cs + HOUR_S, ce, HOUR_S, seen))
         return plan
 
     def _energy_plan(self, out: dict[tuple, GpuEnergy], cs: int, ce: int, shard: str | None) -> list:
@@ -190,24 +208,30 @@ class PrometheusSource:
 
         return [(requests_q, cs + MINUTE_S, ce, MINUTE_S, requests_in_window), (p99_q, cs + MINUTE_S, ce, MINUTE_S, p99)]
 
-    def _range(self, query: str, start: int, end: int, step: int) -> list[dict]:
-        """One query_range; connection errors, timeouts and 5xx become `Unavailable`."""
+    def _get(self, query: str, start: int, end: int, step: int) -> tuple[bytes, float]:
+        """One query_range over the client's session; connection errors, timeouts and 5xx become `Unavailable`.
+
+        The body is returned undecoded so that the HTTP worker can send the next query at once
+        (custom_query_range would decode it first, keeping Prometheus idle meanwhile).
+        """
         began = time.perf_counter()
         try:
-            result = self.client.custom_query_range(query, start_time=from_epoch(start), end_time=from_epoch(end),
-                                                    step=str(step))
+            response = self._session.get(f"{self.client.url}/api/v1/query_range",
+                                         params={"query": query, "start": start, "end": end, "step": step},
+                                         headers=self.client.headers, auth=self.client.auth, timeout=self.timeout_s)
         except requests.RequestException as exc:
             raise Unavailable(f"Prometheus at {self.url} did not answer: {type(exc).__name__}") from exc
-        except PrometheusApiClientException as exc:
-            status = re.search(r"HTTP Status Code (\d+)", str(exc))
-            if status is None or int(status.group(1)) >= 500:
-                raise Unavailable(f"Prometheus at {self.url} failed: {str(exc)[:300]}") from exc
-            raise Invalid(f"Prometheus rejected a query: {str(exc)[:300]}") from exc
-        except ValueError as exc:  # a body that is not the API's JSON (a proxy's error page)
+        if response.status_code >= 500:
+            raise Unavailable(f"Prometheus at {self.url} failed: HTTP {response.status_code} {response.text[:300]}")
+        if response.status_code != 200:
+            raise Invalid(f"Prometheus rejected a query (HTTP {response.status_code}): {response.text[:300]}")
+        return response.content, time.perf_counter() - began
+
+    def _decode(self, body: bytes) -> list[dict]:
+        try:
+            return json.loads(body)["data"]["result"]
+        except (ValueError, KeyError, TypeError) as exc:  # not the API's JSON (a proxy's error page)
             raise Unavailable(f"Prometheus at {self.url} sent an unreadable answer") from exc
-        if self.log is not None:
-            self.log.append(QueryRecord(query, start, end, step, time.perf_counter() - began, len(result)))
-        return result
 
 
 def _count(value: str) -> int:
@@ -218,12 +242,15 @@ def _count(value: str) -> int:
         return int(float(value))
 
 
-def _over(shard: str | None, func: str, metric: str, window: str) -> str:
-    """`func(metric[window])`, restricted to the shard's hosts under either host label spelling."""
+def _over(shard: str | None, func: str, metric: str, window: str, matcher: str = "") -> str:
+    """`func(metric{matcher}[window])`, restricted to the shard's hosts under either host label spelling."""
     if shard is None:
-        return f"{func}({metric}[{window}])"
+        selector = f"{{{matcher}}}" if matcher else ""
+        return f"{func}({metric}{selector}[{window}])"
     regex = json.dumps(shard)
-    return f"({func}({metric}{{Hostname=~{regex}}}[{window}]) or {func}({metric}{{hostname=~{regex}}}[{window}]))"
+    extra = f", {matcher}" if matcher else ""
+    return (f"({func}({metric}{{Hostname=~{regex}{extra}}}[{window}]) or "
+            f"{func}({metric}{{hostname=~{regex}{extra}}}[{window}]))")
 
 
 def _labels(m: dict) -> SeriesLabels:
@@ -235,12 +262,12 @@ def _labels(m: dict) -> SeriesLabels:
     )
 
 
-def _series(out: dict[tuple, OccupancySeries], m: dict, metric: str) -> OccupancySeries:
+def _series(out: dict[tuple, OccupancySeries], m: dict, metric: str, hourly: bool = False) -> OccupancySeries:
     labels = _labels(m)
-    key = (labels, metric)
+    key = (labels, metric, hourly)
     series = out.get(key)
     if series is None:
-        series = out[key] = OccupancySeries(labels=labels, metric=metric)
+        series = out[key] = OccupancySeries(labels=labels, metric=metric, hourly=hourly)
     return series
 
 

@@ -48,6 +48,9 @@ class OccupancySeries:
     metric: str  # one of OCCUPANCY_METRICS
     samples: dict[int, int] = field(default_factory=dict)  # minute end -> samples in that minute
     activity: dict[int, float] = field(default_factory=dict)  # hour end -> sum of activity (0..1) over its samples
+    # Additive: True for a series that only says a unit reported (no pod): `samples` is then keyed
+    # by hour end (samples in that hour). Enough for capacity and the metric choice, at 1/60 the points.
+    hourly: bool = False
 
 
 @dataclass

@@ -16,7 +16,7 @@ from tests.metrics.conftest import HOUR, snapshot, status
 from tests.support.prometheus import PrometheusServer
 
 H = scenario.H
-QUERIES_PER_FETCH = 9  # 4 occupancy + 3 energy/power + 2 SLA
+QUERIES_PER_FETCH = 11  # 6 occupancy + 3 energy/power + 2 SLA
 
 
 class StoppingSource(PrometheusSource):
@@ -26,11 +26,11 @@ class StoppingSource(PrometheusSource):
         super().__init__(server.url, scrape_interval_s=30, timeout_s=5, retries=0)
         self.server, self.stop_before, self.issued = server, stop_before_query, 0
 
-    def _range(self, query, start, end, step):
+    def _get(self, query, start, end, step):
         self.issued += 1
         if self.issued == self.stop_before:
             self.server.stop()
-        return super()._range(query, start, end, step)
+        return super()._get(query, start, end, step)
 
 
 @pytest.fixture
