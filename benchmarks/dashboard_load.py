@@ -129,6 +129,7 @@ async def load(client: httpx.AsyncClient, path: str, headers: dict, *, requests:
     """`requests` GETs with `concurrency` in flight (bounded by `time_cap` seconds); latencies in ms."""
     latencies: list[float] = []
     errors = 0
+    kinds: dict[str, int] = {}
     sent = 0
     deadline = time.monotonic() + time_cap
 
@@ -142,15 +143,17 @@ async def load(client: httpx.AsyncClient, path: str, headers: dict, *, requests:
                 await r.aread()
                 if r.status_code != 200:
                     errors += 1
-            except httpx.HTTPError:
+                    kinds[f"HTTP {r.status_code}"] = kinds.get(f"HTTP {r.status_code}", 0) + 1
+            except httpx.HTTPError as exc:
                 errors += 1
+                kinds[type(exc).__name__] = kinds.get(type(exc).__name__, 0) + 1
             latencies.append((time.perf_counter() - t0) * 1000)
 
     began = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.perf_counter() - began
     latencies.sort()
-    return {"n": len(latencies), "errors": errors, "p50": statistics.median(latencies),
+    return {"n": len(latencies), "errors": errors, "kinds": kinds, "p50": statistics.median(latencies),
             "p99": latencies[max(0, int(len(latencies) * 0.99) - 1)], "rps": len(latencies) / wall}
 
 
@@ -228,7 +231,7 @@ def main() -> None:
         for label, r in results:
             errors += r["errors"]
             print(f"{label:30} {r['n']:>5} {r['errors']:>4} {r['p50']:>8.1f} {r['p99']:>8.1f} {r['rps']:>7.1f} "
-                  f"{r['p99'] / health:>11.2f}x")
+                  f"{r['p99'] / health:>11.2f}x" + (f"  {r['kinds']}" if r["kinds"] else ""))
         worst = max(r["p99"] for label, r in results if not label.startswith("/healthz"))
         print(f"\nworst dashboard p99 / healthz p99 (max of before/after) = {worst / health:.2f}x (goal <= 5x); "
               f"errors = {errors} (goal 0)")

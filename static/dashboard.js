@@ -3,6 +3,7 @@
  * ({labels, datasets:[{label, data, color?, ...Chart.js dataset options}]}).
  * Kinds: "stacked-bars" (default), "bars" (stacked per label), "stacked-area", "line".
  * Time axes skip labels that would overlap (app.js keeps every label: it draws one row per tenant).
+ * Also scrolls .heatmap-scroll regions to their newest (right-most) column.
  */
 (function () {
   "use strict";
@@ -62,6 +63,8 @@
 
   function drawAll(root) {
     if (!root || !root.querySelectorAll) return;
+    // Heatmaps open on their newest columns (the right end) when they scroll sideways.
+    root.querySelectorAll(".heatmap-scroll").forEach(function (el) { el.scrollLeft = el.scrollWidth; });
     if (root.matches && root.matches("canvas[data-dash-chart]")) draw(root);
     root.querySelectorAll("canvas[data-dash-chart]").forEach(draw);
   }
