@@ -117,7 +117,7 @@ def test_live_scrape_ingests_what_the_exporter_exposed(session, live):
     # scraped (our polls and Prometheus's scrapes are not the same instants at the edges).
     assert got_pairs <= set(exposed), (got_pairs, exposed)
     assert {p for p, polls in exposed.items() if polls >= 5} <= got_pairs, (got_pairs, exposed)
-    assert len(got_pairs) >= 3
+    assert got_pairs  # inference runs around the clock: something is always held
 
     got: dict[tuple, Fraction] = defaultdict(Fraction)
     for r in rows:
