@@ -24,10 +24,18 @@ def make_engine(url: str) -> Engine:
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection, _record):  # pragma: no cover - trivial
+            # pysqlite's own transaction handling begins late, so a SAVEPOINT opened before any write
+            # would start (and its RELEASE commit) the real transaction: take BEGIN into our hands.
+            dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn):  # pragma: no cover - trivial
+            # `sqlite_immediate` takes the write lock up front (workers claiming hours wait here).
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("sqlite_immediate") else "BEGIN")
 
         return engine
     if url.startswith("postgresql://"):

@@ -72,7 +72,7 @@ def claim(session: Session, hours: list[datetime], now: datetime) -> list[dateti
         ).scalar()]
     else:
         # Take SQLite's write lock first: a concurrent worker waits here until we commit.
-        session.connection().exec_driver_sql("BEGIN IMMEDIATE")
+        session.connection(execution_options={"sqlite_immediate": True})
         got = list(hours)
     still = []
     for hour in got:
