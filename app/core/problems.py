@@ -37,8 +37,13 @@ def wants_html(request: Request) -> bool:
 
 
 def is_htmx(request: Request) -> bool:
-    """True for an htmx-issued request that expects a fragment rather than a page."""
-    return request.headers.get("hx-request") == "true" and request.headers.get("hx-boosted") != "true"
+    """True for an htmx-issued request that expects a fragment rather than a page.
+
+    A history restore (Back after an htmx navigation, with historyCacheSize 0) replaces the whole body: it gets the page.
+    """
+    headers = request.headers
+    return (headers.get("hx-request") == "true" and headers.get("hx-boosted") != "true"
+            and headers.get("hx-history-restore-request") != "true")
 
 
 def problem_response(request: Request, error: AppError, headers: dict[str, str] | None = None) -> Response:

@@ -13,6 +13,7 @@ from sqlmodel import Session, col, select
 from app.billing.models import BillingPeriod, ChargeLineRecord, PeriodStatus, PoolCostRecord, UnattributedBreachRecord
 from app.billing.pricing import PriceSheet
 from app.billing.types import LineKind
+from app.core.errors import NotFound
 from app.core.timeutil import aware
 from app.metrics.models import BreachMinuteRollup, BreachShare, PoolHourModel, PoolHourRollup, UsageRollup
 from app.metrics.types import ModelEnergy
@@ -179,7 +180,10 @@ def month_cost(*, session: Session, month: str, start: datetime, end: datetime, 
     currency = "USD"
     sheets: dict[int, PriceSheet] = {}
     for model, version_id, gpus, measured, kwh in rows:
-        doc = docs.get(version_id)
+        try:
+            doc = docs.get(version_id)
+        except (ValueError, NotFound):  # an unreadable version: rating reports it; the overview shows what it can
+            continue
         currency = doc.pricing.currency
         sheet = sheets.get(version_id) or sheets.setdefault(version_id, PriceSheet.of(doc.pricing))
         if model not in sheet.fixed:

@@ -107,6 +107,16 @@ def test_views_render_with_data_and_keyboard(portal, sessions, console):
     page.keyboard.press("Enter")
     page.wait_for_url(re.compile(r"start=.*end="))
     assert "Last 30 days" in page.locator(".range-presets a[aria-current=true]").all_inner_texts()
+    # Back to an htmx-pushed URL restores a whole page (header and navigation included), not a bare fragment.
+    pushed = page.url
+    page.locator(".range-presets a", has_text="Last month").click()
+    page.wait_for_function(f"() => location.href !== {pushed!r}")
+    page.evaluate("window.__restored = false; document.addEventListener('htmx:historyRestore', () => { window.__restored = true; })")
+    page.go_back()
+    page.wait_for_url(pushed)
+    page.wait_for_function("() => window.__restored === true")
+    page.wait_for_selector("nav.site-nav a[aria-current=page]")
+    assert page.locator("main h1").inner_text() == "Tenants" and page.locator("header.site-header").count() == 1
     assert not console.problems, console.problems
 
 

@@ -91,8 +91,12 @@ async def test_sort_and_filter_partials_return_only_the_table(client, session, s
     # The range picker asks for the page content (not just the table).
     content = await client.get(f"/tenants?{seeded['query']}", headers={"HX-Request": "true", "HX-Target": "main"})
     assert "<html" not in content.text and 'id="range-start"' in content.text
-    bad_sort = await client.get(f"/tenants?sort=password", headers=headers)
+    bad_sort = await client.get("/tenants?sort=password", headers=headers)
     assert bad_sort.status_code == 422
+    # Back after an htmx navigation: htmx asks for the page again and swaps the whole body with it.
+    restore = await client.get(f"/tenants?{seeded['query']}",
+                               headers={"HX-Request": "true", "HX-History-Restore-Request": "true"})
+    assert "<html" in restore.text and 'class="site-nav"' in restore.text
 
 
 async def test_tenant_detail(client, session, seeded):
