@@ -22,7 +22,7 @@
         y: { stacked: stacked, beginAtZero: kind !== "line", title: { display: true, text: unit } }
       },
       plugins: {
-        legend: { position: "bottom" },
+        legend: { position: "bottom", labels: { usePointStyle: kind === "line" } },
         tooltip: {
           callbacks: {
             label: function (ctx) {
