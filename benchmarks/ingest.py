@@ -98,10 +98,11 @@ def child_ingest(args) -> dict:
     def ingest_once() -> tuple[float, list]:
         log: list = []
         source = PrometheusSource(args.url, scrape_interval_s=30, timeout_s=600, log=log)
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         with unit_of_work(engine) as session:
             report = ingest_hours(session=session, source=source, start=START, end=end, scrape_interval_s=30)
         assert len(report.ok) == args.hours and not report.gaps, report
+        cpu_s.append(time.process_time() - cpu)
         return time.perf_counter() - began, log
 
     def queries_alone(log) -> float:
@@ -113,7 +114,7 @@ def child_ingest(args) -> dict:
                 r.read()
             return time.perf_counter() - began
 
-    ingest_s, alone_s = [], []
+    ingest_s, alone_s, cpu_s = [], [], []
     t, log = ingest_once()
     ingest_s.append(t)
     rss = peak_rss_mib()  # before the queries-alone pass reads its own bodies
@@ -125,7 +126,7 @@ def child_ingest(args) -> dict:
     with Session(engine) as session:
         rows = len(session.exec(select(UsageRollup)).all())
     engine.dispose()
-    return {"ingest_s": ingest_s, "alone_s": alone_s, "queries": len(log), "rss_mib": rss, "rows": rows,
+    return {"ingest_s": ingest_s, "alone_s": alone_s, "cpu_s": cpu_s, "queries": len(log), "rss_mib": rss, "rows": rows,
             "series_returned": sum(q.series for q in log), "hours": args.hours, "first_hour": epoch(START)}
 
 
@@ -203,17 +204,18 @@ def main() -> None:
 
     print()
     print(f"{'GPUs':>6} {'queries':>8} {'ingest s':>9} {'alone s':>8} {'(a) min/min':>11} {'median/median':>13} "
-          f"{'(c) RSS MiB':>11} {'rows':>6}")
+          f"{'portal CPU s':>12} {'(c) RSS MiB':>11} {'rows':>6}")
     for gpus, (ing, _) in results.items():
         best_ingest, best_alone = min(ing["ingest_s"]), min(ing["alone_s"])
         mid = statistics.median(ing["ingest_s"]) / statistics.median(ing["alone_s"])
         print(f"{gpus:>6} {ing['queries']:>8} {best_ingest:>9.2f} {best_alone:>8.2f} {best_ingest / best_alone:>11.2f} "
-              f"{mid:>13.2f} {ing['rss_mib']:>11.0f} {ing['rows']:>6}")
+              f"{mid:>13.2f} {min(ing['cpu_s']):>12.2f} {ing['rss_mib']:>11.0f} {ing['rows']:>6}")
     for gpus, (ing, naive) in results.items():
         if naive:
             print(f"(b) naive pull at {gpus} GPUs: {naive['naive_s']:.1f}s, peak RSS {naive['rss_mib']:.0f} MiB, "
                   f"{naive['samples']:,} raw samples -> speed-up {naive['naive_s'] / min(ing['ingest_s']):.1f}x")
     print("goals: (a) <= 1.3, (b) >= 10x, (c) < 1024 MiB and flat across sizes")
+    print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(json.dumps({str(g): {"ingest": i, "naive": n} for g, (i, n) in results.items()}))
 
 

@@ -2,10 +2,12 @@
 
 Occupancy is counted, never inferred: `count_over_time(M[59999ms])` evaluated at every minute end
 counts the real samples in (t - 60 s, t], identically on Prometheus 2.x and 3.x, so a pod that
-ended is not kept "alive" by the 5-minute look-back of step evaluation. Every query is chunked
-so that no series exceeds Prometheus's 11,000 points, and may be sharded by host regex so that
-one answer never holds the whole of a very large fleet. The same HTTP API is served by Thanos,
-Mimir and VictoriaMetrics.
+ended is not kept "alive" by the 5-minute look-back of step evaluation. Per-minute counts are
+asked only for series that carry a pod; that a unit reported at all is counted per hour. Every
+query is chunked so that no series exceeds Prometheus's 11,000 points, and may be sharded by host
+regex so that one answer never holds the whole of a very large fleet. Queries go out one at a time,
+back to back, from one HTTP worker while the caller's thread decodes the previous answer. The same
+HTTP API is served by Thanos, Mimir and VictoriaMetrics.
 """
 
 from __future__ import annotations
