@@ -124,6 +124,21 @@ def seed(url: str, *, gpus: int, days: int, ingest_hours_n: int) -> dict:
     return out
 
 
+def reuse(url: str) -> dict:
+    """The range and a fresh admin session of a database seeded by an earlier run."""
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        start, last = conn.execute(text("SELECT min(hour), max(hour) FROM ingest_hour")).one()
+        usage_rows = conn.execute(text("SELECT count(*) FROM usage_rollup")).scalar()
+        pool_hours = conn.execute(text("SELECT count(*) FROM pool_hour")).scalar()
+    with unit_of_work(engine) as session:
+        user = service.get_user_by_name(session=session, name="bench")
+        session_id = service.start_session(session=session, user=user)
+    engine.dispose()
+    return {"start": start, "end": last + timedelta(hours=1), "session_id": session_id, "usage_rows": usage_rows,
+            "pool_hours": pool_hours}
+
+
 async def load(client: httpx.AsyncClient, path: str, headers: dict, *, requests: int, concurrency: int,
                time_cap: float) -> dict:
     """`requests` GETs with `concurrency` in flight (bounded by `time_cap` seconds); latencies in ms."""
@@ -184,20 +199,26 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--time-cap", type=float, default=90.0, help="seconds per route at most")
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    parser.add_argument("--keep", action="store_true", help="keep the seeded database and print its URL")
+    parser.add_argument("--database-url", help="reuse a database seeded by an earlier --keep run (no seeding)")
     args = parser.parse_args()
 
-    url = migrated(new_postgres_database("cbbench"))
+    url = args.database_url or migrated(new_postgres_database("cbbench"))
     proc = None
     try:
-        print(f"seeding {args.days} days of a {args.gpus}-GPU simulated fleet into PostgreSQL ...", flush=True)
-        info = seed(url, gpus=args.gpus, days=args.days, ingest_hours_n=args.ingest_hours or args.days * 24)
-        print(f"  simulator -> ingestion: {info['ingested_hours']} h in {info['ingest_s']:.1f} s "
-              f"({info['ingest_s'] / info['ingested_hours']:.2f} s/hour; a whole month would take "
-              f"~{info['projected_month_s'] / 60:.0f} min)")
-        if info["copied_hours"]:
-            print(f"  bulk copy of the ingested days: {info['copied_hours']} h in {info['copy_s']:.1f} s")
-        print(f"  rows: usage_rollup {info['usage_rows']:,}, pool_hour {info['pool_hours']:,}, "
-              f"breach_minute {info['breach_minutes']:,}")
+        if args.database_url:
+            info = reuse(url)
+            print(f"reusing {url}: {info['usage_rows']:,} usage rows, {info['pool_hours']:,} pool-hours")
+        else:
+            print(f"seeding {args.days} days of a {args.gpus}-GPU simulated fleet into PostgreSQL ...", flush=True)
+            info = seed(url, gpus=args.gpus, days=args.days, ingest_hours_n=args.ingest_hours or args.days * 24)
+            print(f"  simulator -> ingestion: {info['ingested_hours']} h in {info['ingest_s']:.1f} s "
+                  f"({info['ingest_s'] / info['ingested_hours']:.2f} s/hour; a whole month would take "
+                  f"~{info['projected_month_s'] / 60:.0f} min)")
+            if info["copied_hours"]:
+                print(f"  bulk copy of the ingested days: {info['copied_hours']} h in {info['copy_s']:.1f} s")
+            print(f"  rows: usage_rollup {info['usage_rows']:,}, pool_hour {info['pool_hours']:,}, "
+                  f"breach_minute {info['breach_minutes']:,}")
         port = free_port()
         env = {**os.environ, "CHARGEBACK_DATABASE_URL": url}
         proc = subprocess.Popen(
@@ -239,7 +260,10 @@ def main() -> None:
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=20)
-        drop_postgres_database(url)
+        if args.keep or args.database_url:
+            print(f"database kept: {url}")
+        else:
+            drop_postgres_database(url)
 
 
 if __name__ == "__main__":
