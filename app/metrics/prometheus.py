@@ -35,6 +35,8 @@ MINUTE_S = 60
 UNIT_LABELS = "Hostname, hostname, UUID, gpu, modelName, GPU_I_ID, GPU_I_PROFILE, namespace, pod, container, workload_class"
 GPU_LABELS = "Hostname, hostname, UUID, modelName"
 SEEN_LABELS = "Hostname, hostname, UUID, gpu, modelName, GPU_I_ID, GPU_I_PROFILE"
+UNIT_KEY = "Hostname, hostname, UUID, GPU_I_ID"
+GPU_UTIL = OCCUPANCY_METRICS[0]
 POD = 'pod!=""'  # dcgm-exporter sets pod="" on a free unit, which Prometheus stores as no label
 ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 POWER = "DCGM_FI_DEV_POWER_USAGE"
@@ -136,10 +138,14 @@ class PrometheusSource:
 
             # Per-minute counts only where a pod holds the unit (about half the points of a busy
             # fleet); that a unit reported at all (capacity, metric choice) is counted per hour.
-            plan.append((f"sum by ({UNIT_LABELS}) ({_over(shard, 'count_over_time', metric, '59999ms', POD)})",
-                         cs + MINUTE_S, ce, MINUTE_S, counts))
-            plan.append((f"sum by ({UNIT_LABELS}) ({_over(shard, 'sum_over_time', metric, '3599999ms', POD)})",
-                         cs + HOUR_S, ce, HOUR_S, sums))
+            # GR_ENGINE_ACTIVE is not needed where the unit reports GPU_UTIL (datacenter GPUs report both).
+            per_minute = _over(shard, "count_over_time", metric, "59999ms", POD)
+            per_hour = _over(shard, "sum_over_time", metric, "3599999ms", POD)
+            if metric != GPU_UTIL:
+                per_minute = f"({per_minute}) unless on ({UNIT_KEY}) ({_over(shard, 'count_over_time', GPU_UTIL, '59999ms')})"
+                per_hour = f"({per_hour}) unless on ({UNIT_KEY}) ({_over(shard, 'count_over_time', GPU_UTIL, '3599999ms')})"
+            plan.append((f"sum by ({UNIT_LABELS}) ({per_minute})", cs + MINUTE_S, ce, MINUTE_S, counts))
+            plan.append((f"sum by ({UNIT_LABELS}) ({per_hour})", cs + HOUR_S, ce, HOUR_S, sums))
             plan.append((f"sum by ({SEEN_LABELS}) ({_over(shard, 'count_over_time', metric, '3599999ms')})",
                          cs + HOUR_S, ce, HOUR_S, seen))
         return plan
