@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 from sqlalchemy import delete, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Session
 
 from app.billing.loader import DocumentCache, load_hours
@@ -113,14 +114,27 @@ def _get_or_create(session: Session, period: Period) -> BillingPeriod:
     return row
 
 
+def _write_lock_first(session: Session) -> None:
+    """SQLite: begin with the write lock (BEGIN IMMEDIATE), so a second close waits for the first and
+    then reads its result, instead of failing on a stale snapshot. PostgreSQL locks the row in _claim."""
+    bind = session.get_bind()
+    if bind.dialect.name == "sqlite" and isinstance(session.bind, Engine) and not session.in_transaction():
+        session.connection(execution_options={"sqlite_immediate": True})
+
+
 def _claim(session: Session, row: BillingPeriod, **values) -> None:
     """Conditional UPDATE: takes the row lock and fails if the period got finalized meanwhile."""
-    result = session.execute(
-        update(BillingPeriod)
-        .where(BillingPeriod.id == row.id, BillingPeriod.status != PeriodStatus.FINALIZED)
-        .values(revision=BillingPeriod.revision + 1, **values)
-        .execution_options(synchronize_session=False)
-    )
+    try:
+        result = session.execute(
+            update(BillingPeriod)
+            .where(BillingPeriod.id == row.id, BillingPeriod.status != PeriodStatus.FINALIZED)
+            .values(revision=BillingPeriod.revision + 1, **values)
+            .execution_options(synchronize_session=False)
+        )
+    except OperationalError as exc:  # SQLite: another writer holds or just changed the database
+        if "locked" not in str(exc):
+            raise
+        raise Conflict(f"Billing period {row.month} is being changed by someone else; try again") from exc
     if result.rowcount != 1:
         session.expire(row)
         raise Conflict(f"Billing period {row.month} is finalized; its invoices can no longer change")
@@ -131,6 +145,7 @@ def rate(*, session: Session, period: str, actor: str) -> BillingPeriod:
     """Rate the period as a draft, replacing its previous draft lines. Refuses a finalized period."""
     p = parse_period(period)
     require_started(p)
+    _write_lock_first(session)
     row = _get_or_create(session, p)
     if row.status == PeriodStatus.FINALIZED:
         raise Conflict(f"Billing period {p.month} is finalized; its invoices can no longer change")
@@ -155,6 +170,7 @@ def close(
     reason = (reason or "").strip() or None
     if accept_gaps and not reason:
         raise Invalid("Accepting gaps needs a reason", [FieldError("reason", "required with accept_gaps")])
+    _write_lock_first(session)
     row = _get_or_create(session, p)
     if row.status == PeriodStatus.FINALIZED:
         raise Conflict(f"Billing period {p.month} is already finalized")
