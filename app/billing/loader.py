@@ -13,7 +13,7 @@ from app.billing.types import RatingHour
 from app.core.errors import NotFound
 from app.core.timeutil import aware
 from app.metrics.models import BreachMinuteRollup, BreachShare, PoolHourModel, PoolHourRollup, UsageRollup
-from app.metrics.types import BreachMinute, ModelEnergy, UsageRow
+from app.metrics.types import BreachMinute, ModelEnergy
 from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
 
@@ -72,23 +72,7 @@ def _load_chunk(session: Session, start: datetime, end: datetime, docs: Document
     for hour, pool, model, gpus, measured_gpus, kwh in rows:
         models[(hour, pool)].append(ModelEnergy(model=model, gpus=gpus, measured_gpus=measured_gpus, measured_kwh=kwh))
 
-    # Ordered by the database so no per-row sort is needed here (rating does not depend on the order;
-    # the order only keeps RatingHour.usage stable between runs).
-    usage: dict[tuple[int, str], list[UsageRow]] = {}
-    rows = conn.execute(
-        select(
-            _epoch(session, UsageRollup.hour), UsageRollup.pool, UsageRollup.tenant, UsageRollup.klass, UsageRollup.dark,
-            UsageRollup.gpu_seconds, UsageRollup.activity_sum, UsageRollup.activity_samples,
-        )
-        .where(UsageRollup.hour >= start, UsageRollup.hour < end)
-        .order_by(UsageRollup.hour, UsageRollup.pool, UsageRollup.tenant, UsageRollup.klass, UsageRollup.dark)
-    ).all()
-    key, bucket = None, []
-    for hour, pool, tenant, klass, dark, gpu_seconds, activity_sum, samples in rows:
-        if key != (hour, pool):
-            key, bucket = (hour, pool), []
-            usage[key] = bucket
-        bucket.append(UsageRow(pool, tenant, klass, dark, gpu_seconds, activity_sum, samples))
+    usage = _usage(session, start, end)
 
     breaches = _breaches(session, start, end)
 
@@ -110,9 +94,46 @@ def _load_chunk(session: Session, start: datetime, end: datetime, docs: Document
             gpus=gpus,
             capacity_gpu_seconds=capacity,
             models=tuple(sorted(models.get(key, ()), key=lambda m: m.model)),
-            usage=tuple(usage.get(key, ())),
+            usage=(),
+            micro_usage=tuple(usage.get(key, ())),
             breaches=tuple(breaches.get(key, ())),
         )
+
+
+_USAGE_SQL = (
+    "SELECT extract(epoch from hour)::bigint, pool, tenant, klass, dark, (gpu_seconds * 1000000)::bigint,"
+    " activity_sum, activity_samples FROM usage_rollup WHERE hour >= %(start)s AND hour < %(end)s"
+)
+
+
+def _usage(session: Session, start: datetime, end: datetime) -> dict[tuple[int, str], list[tuple]]:
+    """Usage rows as `RatingHour.micro_usage` tuples, grouped by (hour, pool).
+
+    The row tuples the driver returns are the plain data rating takes, so nothing is built per row
+    but the tuple itself. On PostgreSQL the binary protocol and integer micro-GPU-seconds (the column
+    holds 6 decimals, so the cast is exact) halve the decoding cost of text NUMERIC -> Decimal. No
+    ORDER BY: rating does not depend on the order, and sorting by pool cost the server a third of
+    the GROUP BY it is benchmarked against.
+    """
+    conn = session.connection()
+    if conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg":
+        with conn.connection.driver_connection.cursor(binary=True) as cur:
+            cur.execute(_USAGE_SQL, {"start": start, "end": end})
+            rows = cur.fetchall()
+    else:
+        rows = [
+            (hour, pool, tenant, klass, dark, int(gs.scaleb(6)), activity_sum, samples)
+            for hour, pool, tenant, klass, dark, gs, activity_sum, samples in conn.execute(
+                select(
+                    _epoch(session, UsageRollup.hour), UsageRollup.pool, UsageRollup.tenant, UsageRollup.klass,
+                    UsageRollup.dark, UsageRollup.gpu_seconds, UsageRollup.activity_sum, UsageRollup.activity_samples,
+                ).where(UsageRollup.hour >= start, UsageRollup.hour < end)
+            )
+        ]
+    usage: dict[tuple[int, str], list[tuple]] = defaultdict(list)
+    for row in rows:
+        usage[row[0], row[1]].append(row)
+    return usage
 
 
 def _breaches(session: Session, start: datetime, end: datetime) -> dict[tuple[int, str], list[BreachMinute]]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from decimal import ROUND_HALF_EVEN, Decimal, Inexact, localcontext
+from decimal import ROUND_HALF_EVEN, Context, Decimal, Inexact, InvalidOperation, localcontext
 
 from app.billing.pricing import MissingPrice, PriceSheet, cents
 from app.billing.types import PLATFORM, ChargeLine, LineKind, RatingHour, RatingResult, TenantUsage, UnattributedBreach
@@ -34,6 +34,21 @@ QUANTITY = Decimal("0.000001")
 SECONDS_PER_HOUR = Decimal(3600)
 ZERO = Decimal(0)
 ONE = Decimal(1)
+
+RATE_DIGITS = 36  # RATE = 1e-RATE_DIGITS
+# line totals are converted from integers exactly, or not at all
+_EXACT = Context(prec=PRECISION, rounding=ROUND_HALF_EVEN, traps=[Inexact, InvalidOperation])
+
+
+def _seconds(micro: int) -> Decimal:
+    """Integer micro-GPU-seconds as exact Decimal GPU-seconds."""
+    return Decimal(micro).scaleb(-6, _EXACT)
+
+
+def _amount(scaled: int) -> Decimal:
+    """A sum of micro-GPU-seconds x integer rates (1e-42) as an exact Decimal amount."""
+    return Decimal(scaled).scaleb(-6 - RATE_DIGITS, _EXACT)
+
 
 INFERENCE, TRAINING, PREPROCESSING = "inference", "training", "preprocessing"
 GPU_HOUR, BREACH_MINUTE = "GPU-hour", "breach-minute"
@@ -95,9 +110,7 @@ def rate_period(hours: Iterable[RatingHour], *, period_start: int, period_end: i
     with localcontext() as ctx:
         ctx.prec = PRECISION
         ctx.rounding = ROUND_HALF_EVEN
-        exact = ctx.copy()
-        exact.traps[Inexact] = True  # the row loop must never round, or order would matter
-        rater = _Rater(period_start, period_end, exact)
+        rater = _Rater(period_start, period_end)
         for hour in hours:
             rater.add(hour)
         return rater.finish()
@@ -135,9 +148,8 @@ _CLASSES = frozenset({INFERENCE, TRAINING, PREPROCESSING, UNALLOCATED})
 class _Rater:
     """Streams pool-hours into per-segment accumulators; memory is O(lines), time O(rows)."""
 
-    def __init__(self, period_start: int, period_end: int, exact):
+    def __init__(self, period_start: int, period_end: int):
         self.period_start, self.period_end = period_start, period_end
-        self.exact = exact
         self.versions: dict[int, _Version] = {}
         self.currency: tuple[str, int] | None = None  # (currency, first version that used it)
         self.seen: set[tuple[int, str]] = set()
@@ -211,11 +223,7 @@ class _Rater:
         # lines 3 and 6 straight into per-row accumulators: the hot loop, one dict lookup per row
         rate = (cost / capacity).quantize(RATE)
         dark_rate = (rate * v.dark_multiplier).quantize(RATE)
-        try:
-            with localcontext(self.exact):
-                used, dark_used, inference = self._rows(h, seg.rows, rate, dark_rate, where)
-        except Inexact:
-            raise RatingInputError(f"{where}.usage", "usage cannot be rated exactly: GPU-seconds carry too many digits (rollups hold 6 decimals)") from None
+        used, dark_used, inference = self._rows(h, seg.rows, int(rate.scaleb(RATE_DIGITS)), int(dark_rate.scaleb(RATE_DIGITS)), where)
 
         # lines 1 and 2: the reserved fee is owed whether used or not; only use above the cover is overage
         fraction = v.reserved_fraction[pool]
@@ -248,46 +256,64 @@ class _Rater:
         for i, b in enumerate(h.breaches):
             self._breach(v, seg, h, b, f"{where}.breaches[{i}]")
 
-    def _rows(self, h: RatingHour, rows: dict, rate: Decimal, dark_rate: Decimal, where: str) -> tuple[Decimal, Decimal, dict[str, Decimal]]:
-        """Fold one pool-hour's usage rows; returns GPU-seconds used, used in dark time, and per inference tenant."""
+    def _rows(self, h: RatingHour, rows: dict, rate: int, dark_rate: int, where: str) -> tuple[Decimal, Decimal, dict[str, Decimal]]:
+        """Fold one pool-hour's usage rows; returns GPU-seconds used, used in dark time, and per inference tenant.
+
+        The hot loop, in exact integers: micro-GPU-seconds (1e-6) x the rate in 1e-36 per GPU-second
+        is the amount in 1e-42, the same exact product the Decimal form would give, at a fraction
+        of the cost. `rate`/`dark_rate` are those rates as integers.
+        """
         hour, pool = h.hour, h.pool
-        used = dark_used = ZERO
-        inference: dict[str, Decimal] = {}
-        for r in h.usage:
-            gs, klass, dark = r.gpu_seconds, r.klass, r.dark
-            if r.pool != pool or gs.is_signed() or klass not in _CLASSES:  # is_signed: 5x cheaper than `< 0`
-                self._bad_row(where, pool, r)
-            key = (r.tenant, klass, dark)
-            a = rows.get(key)
-            if a is None:
-                a = rows[key] = [ZERO, ZERO, 0, 0, hour, hour]
-            elif hour > a[5]:
-                a[5] = hour
-            elif hour < a[4]:
-                a[4] = hour
-            a[0] += gs
-            used += gs
-            if r.activity_samples:
-                a[2] += round(r.activity_sum * 1e9)
-                a[3] += r.activity_samples
-            if klass == INFERENCE:
-                inference[r.tenant] = inference.get(r.tenant, ZERO) + gs
-            elif dark:
-                dark_used += gs
-                a[1] += gs * dark_rate
-            else:
-                a[1] += gs * rate
-        return used, dark_used, inference
+        used = dark_used = 0
+        inference: dict[str, int] = {}
+        for usage in (self._micro(h, where), h.micro_usage) if h.usage else (h.micro_usage,):
+            for row in usage:
+                r_hour, r_pool, tenant, klass, dark, gs, activity, samples = row
+                if r_pool != pool or r_hour != hour or gs < 0 or klass not in _CLASSES:
+                    self._bad_row(where, h, row)
+                key = (tenant, klass, dark)
+                a = rows.get(key)
+                if a is None:
+                    a = rows[key] = [0, 0, 0, 0, hour, hour]
+                elif hour > a[5]:
+                    a[5] = hour
+                elif hour < a[4]:
+                    a[4] = hour
+                a[0] += gs
+                used += gs
+                if samples:
+                    a[2] += round(activity * 1e9)
+                    a[3] += samples
+                if klass == INFERENCE:
+                    inference[tenant] = inference.get(tenant, 0) + gs
+                elif dark:
+                    dark_used += gs
+                    a[1] += gs * dark_rate
+                else:
+                    a[1] += gs * rate
+        return _seconds(used), _seconds(dark_used), {t: _seconds(gs) for t, gs in inference.items()}
 
     @staticmethod
-    def _bad_row(where: str, pool: str, r) -> None:
-        if r.pool != pool:
-            raise RatingInputError(f"{where}.usage", f"a usage row of pool {r.pool!r} was given with pool {pool!r}")
-        if r.gpu_seconds < 0:
-            raise RatingInputError(f"{where}.usage.{r.tenant}.gpu_seconds", f"negative GPU-seconds {r.gpu_seconds}")
-        if r.klass not in _CLASSES:
-            raise RatingInputError(f"{where}.usage.{r.tenant}.klass", f"unknown workload class {r.klass!r}")
-        # otherwise it was -0: harmless
+    def _micro(h: RatingHour, where: str) -> list[tuple]:
+        """`usage` rows as micro_usage tuples; GPU-seconds finer than 1e-6 cannot be rated exactly."""
+        out = []
+        for r in h.usage:
+            micro = r.gpu_seconds.scaleb(6)
+            if micro != micro.to_integral_value():
+                raise RatingInputError(f"{where}.usage", "usage cannot be rated exactly: GPU-seconds carry too many digits (rollups hold 6 decimals)")
+            out.append((h.hour, r.pool, r.tenant, r.klass, r.dark, int(micro), r.activity_sum, r.activity_samples))
+        return out
+
+    @staticmethod
+    def _bad_row(where: str, h: RatingHour, row: tuple) -> None:
+        r_hour, r_pool, tenant, klass, _dark, gs, _activity, _samples = row
+        if r_pool != h.pool:
+            raise RatingInputError(f"{where}.usage", f"a usage row of pool {r_pool!r} was given with pool {h.pool!r}")
+        if r_hour != h.hour:
+            raise RatingInputError(f"{where}.usage", f"a usage row of hour {r_hour} was given with hour {h.hour}")
+        if gs < 0:
+            raise RatingInputError(f"{where}.usage.{tenant}.gpu_seconds", f"negative GPU-seconds {_seconds(gs)}")
+        raise RatingInputError(f"{where}.usage.{tenant}.klass", f"unknown workload class {klass!r}")
 
     def _breach(self, v: _Version, seg: _Segment, h: RatingHour, b, where: str) -> None:
         """Line 4: one breach minute's penalty, split by co-located GPU-seconds, credited to the service."""
@@ -334,6 +360,7 @@ class _Rater:
         usage: dict[tuple[str, str, str], list] = {}  # (tenant, pool, klass) -> [busy GPU-s, dark GPU-s, activity, samples]
         for (pool, version), seg in self.segments.items():
             for (tenant, klass, dark), (gs, amount, activity, samples, first, last) in seg.rows.items():
+                gs, amount = _seconds(gs), _amount(amount)
                 u = usage.get((tenant, pool, klass))
                 if u is None:
                     u = usage[(tenant, pool, klass)] = [ZERO, ZERO, 0, 0]

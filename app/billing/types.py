@@ -45,6 +45,14 @@ class RatingHour:
     models: tuple[ModelEnergy, ...]
     usage: tuple[UsageRow, ...]  # rows of this pool only
     breaches: tuple[BreachMinute, ...] = ()  # breach minutes of this pool's services
+    # The loader's form of `usage` (rated the same, may be given alongside it): MicroUsage tuples,
+    # GPU-seconds as exact integer micro-GPU-seconds, so no object is built per row.
+    micro_usage: tuple[MicroUsage, ...] = ()
+
+
+# (hour, pool, tenant, klass, dark, micro-GPU-seconds, activity_sum, activity_samples): a UsageRow
+# of one hour with `gpu_seconds x 1e6` as an int; a plain tuple because a month holds ~750k of them.
+MicroUsage = tuple[int, str, str, str, bool, int, float, int]
 
 
 @dataclass(frozen=True)
