@@ -8,12 +8,10 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import event
 from sqlmodel import Session
 
 from app.auth import service, sessions
 from app.auth.models import User
-from app.core.db import make_engine
 from app.core.deps import get_session
 from app.main import create_app
 
@@ -27,26 +25,9 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="session")
-def rollback_engine(db_url):
-    """An engine on the session's migrated database whose SQLite savepoints really nest.
-
-    pysqlite starts no transaction before a SAVEPOINT, so the first RELEASE commits for real and a
-    request's "commit" would escape the test's rollback. SQLAlchemy's documented fix: autocommit
-    driver mode plus an explicit BEGIN.
-    """
-    eng = make_engine(db_url)
-    if eng.dialect.name == "sqlite":
-
-        @event.listens_for(eng, "connect")
-        def _driver_autocommit(dbapi_connection, _record):
-            dbapi_connection.isolation_level = None
-
-        @event.listens_for(eng, "begin")
-        def _explicit_begin(connection):
-            connection.exec_driver_sql("BEGIN")
-
-    yield eng
-    eng.dispose()
+def rollback_engine(engine):
+    """The session's migrated database (make_engine makes SQLite savepoints nest properly)."""
+    return engine
 
 
 @pytest.fixture
