@@ -8,19 +8,12 @@ from typing import Annotated
 from fastapi import Depends
 from sqlmodel import Session
 
-from app.core.db import get_engine
+from app.core.db import unit_of_work
 
 
 def get_session() -> Iterator[Session]:
-    session = Session(get_engine(), expire_on_commit=False)
-    try:
+    with unit_of_work() as session:
         yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
 
 
 SessionDep = Annotated[Session, Depends(get_session)]

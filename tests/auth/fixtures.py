@@ -24,26 +24,6 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="session")
-def rollback_engine(engine):
-    """The session's migrated database (make_engine makes SQLite savepoints nest properly)."""
-    return engine
-
-
-@pytest.fixture
-def session(rollback_engine) -> Iterator[Session]:
-    """A session inside a transaction rolled back after the test; commits inside are savepoint releases."""
-    connection = rollback_engine.connect()
-    outer = connection.begin()
-    sess = Session(bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False)
-    try:
-        yield sess
-    finally:
-        sess.close()
-        outer.rollback()
-        connection.close()
-
-
 @pytest.fixture
 def app(session: Session) -> Iterator[FastAPI]:
     """The real app whose request unit of work runs inside the test's rolled-back transaction."""

@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 from fastapi import Request
-from sqlmodel import Session
 
 from app.auth.deps import Principal, get_principal
 from app.core.deps import get_session
@@ -58,15 +57,8 @@ def api(fresh_engine):
     holder = Api(app)
 
     def _session():
-        session = Session(fresh_engine, expire_on_commit=False)
-        try:
+        with unit_of_work(fresh_engine) as session:
             yield session
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
-        finally:
-            session.close()
 
     def _principal(request: Request) -> Principal:
         request.state.principal = holder.principal
