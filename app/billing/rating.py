@@ -158,6 +158,7 @@ class _Rater:
         # (pool, service, version) -> [service tenant, attributed minutes, first hour, last hour]
         self.credits: dict[tuple[str, str, int], list] = {}
         self.unattributed: list[UnattributedBreach] = []
+        self.covers: dict[tuple[int, str, Decimal], dict[str, Decimal]] = {}  # (version, pool, S) -> tenant -> cover
         self.missing: dict[str, list[int]] = {}
         self.missing_versions: dict[str, set[int]] = {}
 
@@ -227,11 +228,13 @@ class _Rater:
 
         # lines 1 and 2: the reserved fee is owed whether used or not; only use above the cover is overage
         fraction = v.reserved_fraction[pool]
-        covered: dict[str, Decimal] = {}
-        if fraction:
-            for tenant, share in v.shares[pool]:
-                cover = covered[tenant] = (fraction * capacity * share).quantize(EXACT)
-                seg.add((tenant, LineKind.RESERVED_FEE, INFERENCE, ""), cover, (fraction * cost * share).quantize(EXACT), hour)
+        covered = self.covers.get((v.number, pool, capacity))  # the same every hour of a stable pool
+        if covered is None:
+            covered = self.covers[v.number, pool, capacity] = {
+                tenant: (fraction * capacity * share).quantize(EXACT) for tenant, share in v.shares[pool]
+            } if fraction else {}
+        for tenant, share in v.shares[pool] if fraction else ():
+            seg.add((tenant, LineKind.RESERVED_FEE, INFERENCE, ""), covered[tenant], (fraction * cost * share).quantize(EXACT), hour)
         unused = ZERO
         for tenant, gs in inference.items():
             over = gs - covered.get(tenant, ZERO)
@@ -281,9 +284,8 @@ class _Rater:
                     a[4] = hour
                 a[0] += gs
                 used += gs
-                if samples:
-                    a[2] += round(activity * 1e9)
-                    a[3] += samples
+                a[2] += activity
+                a[3] += samples
                 if klass == INFERENCE:
                     inference[tenant] = inference.get(tenant, 0) + gs
                 elif dark:
@@ -301,7 +303,8 @@ class _Rater:
             micro = r.gpu_seconds.scaleb(6)
             if micro != micro.to_integral_value():
                 raise RatingInputError(f"{where}.usage", "usage cannot be rated exactly: GPU-seconds carry too many digits (rollups hold 6 decimals)")
-            out.append((h.hour, r.pool, r.tenant, r.klass, r.dark, int(micro), r.activity_sum, r.activity_samples))
+            activity = round(r.activity_sum * 1e9) if r.activity_samples else 0
+            out.append((h.hour, r.pool, r.tenant, r.klass, r.dark, int(micro), activity, r.activity_samples))
         return out
 
     @staticmethod

@@ -50,9 +50,10 @@ class RatingHour:
     micro_usage: tuple[MicroUsage, ...] = ()
 
 
-# (hour, pool, tenant, klass, dark, micro-GPU-seconds, activity_sum, activity_samples): a UsageRow
-# of one hour with `gpu_seconds x 1e6` as an int; a plain tuple because a month holds ~750k of them.
-MicroUsage = tuple[int, str, str, str, bool, int, float, int]
+# (hour, pool, tenant, klass, dark, micro-GPU-seconds, nano-activity, activity_samples): a UsageRow
+# of one hour with `gpu_seconds x 1e6` and `round(activity_sum x 1e9)` as ints (integer sums do not
+# depend on the order); a plain tuple because a month holds ~750k of them.
+MicroUsage = tuple[int, str, str, str, bool, int, int, int]
 
 
 @dataclass(frozen=True)
