@@ -13,7 +13,7 @@ from app.auth.deps import CurrentUser
 from app.core.deps import SessionDep
 from app.core.settings import get_settings
 from app.core.timeutil import utcnow
-from app.web import queries
+from app.web import dashboard_overview, queries
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -60,4 +60,7 @@ def overview(
         "coverage": queries.coverage(session=session, period=period, now=now),
         "timezone": settings.billing_timezone,
     }
+    # Dashboard panels: cost vs last month, GPU-hours by class per day, dark time, live health and SLA partials.
+    context.update(dashboard_overview.extras(session=session, user=user, period=period, now=now,
+                                             today=now.astimezone(settings.tz).date()))
     return render(request, "overview.html", context)

@@ -90,3 +90,34 @@ async def test_sla_partial_shows_a_member_only_its_services(client, session, see
     assert sla.status_code == 200 and "search-chat" not in sla.text and "search" not in sla.text
     sign_in(client, session, make_user(session, "ts", "tenant", tenants=["search"]))
     assert "search-chat" in (await client.get("/overview/sla")).text
+
+
+def _json(html: str, element_id: str) -> dict:
+    import json
+    import re
+
+    match = re.search(rf'<script type="application/json" id="{element_id}">(.*?)</script>', html, re.S)
+    assert match, f"no #{element_id}"
+    return json.loads(match.group(1))
+
+
+async def test_overview_page_has_the_panels(client, session, seeded):
+    sign_in(client, session, make_user(session, "vic", "viewer"))
+    page = await client.get("/")
+    assert page.status_code == 200, page.text
+    daily = _json(page.text, "overview-daily-data")
+    series = {d["label"]: sum(d["data"]) for d in daily["datasets"]}
+    n = len(seeded["hours"])
+    assert series["training"] == pytest.approx(1.2 * n) and series["idle"] == pytest.approx(0.2 * n)
+    assert "Fleet cost" in page.text and "priced from the rollups" in page.text
+    assert 'id="panel-health"' in page.text and 'id="panel-sla"' in page.text
+    assert 'href="/tenants/vision?start=' in page.text  # drill-down from the top tenants
+    assert "Last month" in page.text  # date presets
+
+
+async def test_overview_for_a_member_has_no_fleet_cost_or_idle(client, session, seeded):
+    sign_in(client, session, make_user(session, "tv", "tenant", tenants=["vision"]))
+    page = await client.get("/")
+    assert page.status_code == 200
+    assert "Fleet cost" not in page.text and "search" not in page.text and "etl" not in page.text
+    assert [d["label"] for d in _json(page.text, "overview-daily-data")["datasets"]] == ["training"]
