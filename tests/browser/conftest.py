@@ -54,7 +54,7 @@ def _months(start, end) -> list[str]:
     return out
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def portal(tmp_path_factory):
     """Base URL of a seeded portal: DAYS days of a 32-GPU simulated cluster, every touched month rated."""
     url = migrated(new_postgres_database("cbbrowser"))
@@ -108,7 +108,9 @@ def portal(tmp_path_factory):
         assert PASSWORD not in server_log
 
 
-@pytest.fixture(scope="session")
+# Module scope: a sync Playwright left running would make the next module's sync_playwright() fail
+# ("Sync API inside the asyncio loop").
+@pytest.fixture(scope="module")
 def browser():
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
@@ -136,12 +138,12 @@ def _expected(text: str) -> bool:
     return "Failed to load resource: the server responded with a status of 40" in text
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def console():
     return Console()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def sessions(portal, browser, console):
     """Signed-in browser contexts by user name (each signs in once, through the login form)."""
     contexts = {}
