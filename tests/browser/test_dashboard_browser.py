@@ -61,7 +61,7 @@ def test_overview_charts_and_phone_width(portal, sessions, console):
     phone.goto(f"{portal['base']}/")
     assert_charts_drawn(phone, 1)
     assert no_overflow(phone) <= 0, "the overview is wider than a 375 px phone"
-    shot(phone, "overview-phone")
+    shot(phone, "overview-375")
     assert not console.problems, console.problems
 
 
