@@ -256,7 +256,7 @@ def run(url: str, args) -> None:
 
     def load_only():
         with unit_of_work(engine) as s:
-            return sum(len(h.usage) for h in load_hours(session=s, start=start, end=end))
+            return sum(len(h.usage) + len(h.micro_usage) for h in load_hours(session=s, start=start, end=end))
 
     t_load, usage_rows = _timed(load_only, "load")
 

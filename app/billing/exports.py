@@ -10,8 +10,10 @@ import csv
 import hashlib
 import io
 import json
+from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
+from types import SimpleNamespace
 
 from sqlmodel import Session
 
@@ -62,15 +64,30 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
+def _plain(record) -> SimpleNamespace:
+    return SimpleNamespace(**{name: getattr(record, name) for name in type(record).model_fields})
+
+
+def _plain_view(view: PeriodView) -> PeriodView:
+    """The view with its rows copied out of the ORM: renderers read every line once per tenant
+    (500 tenants x 2,500 lines), and an instrumented attribute costs ~20x a plain one."""
+    return replace(
+        view,
+        lines=[_plain(l) for l in view.lines],
+        usage=[_plain(u) for u in view.usage],
+        unattributed=[_plain(u) for u in view.unattributed],
+    )
+
+
 def render(*, session: Session, period: BillingPeriod, fmt: str) -> bytes:
     """The export of `period` in `fmt` (csv | focus | pdf)."""
-    view = load_view(session=session, period=period)
+    view = _plain_view(load_view(session=session, period=period))
     return _RENDERERS[check_format(fmt)](view)
 
 
 def hashes(*, session: Session, period: BillingPeriod) -> dict[str, str]:
     """SHA-256 of each export format (stored on the period at finalize)."""
-    view = load_view(session=session, period=period)
+    view = _plain_view(load_view(session=session, period=period))
     return {fmt: hashlib.sha256(fn(view)).hexdigest() for fmt, fn in _RENDERERS.items()}
 
 
