@@ -12,6 +12,10 @@ scale: the rate is quantized to 1e-36 per GPU-second, making each usage row's `G
 is the same for any order, and a line total is within 1e-24 of the exact SPEC value; quantizing it
 to 1e-20 before rounding to cents keeps half-even ties exact. The conservation identity holds to
 ~1e-18 before rounding, and the ROUNDING line absorbs the rest to the cent.
+
+The per-row products are summed as Python integers (micro-GPU-seconds x the rate in 1e-36, i.e.
+amounts in 1e-42): the same exact values as Decimal products, several times cheaper, converted to
+Decimal once per line in `finish`.
 """
 
 from __future__ import annotations
