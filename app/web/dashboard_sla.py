@@ -18,7 +18,7 @@ from app.core.timeutil import aware
 from app.metrics.models import BreachMinuteRollup, BreachShare, PoolHourModel, PoolHourRollup, UsageRollup
 from app.metrics.types import ModelEnergy
 from app.policy.document import PolicyDocument
-from app.web.dashboard_queries import ZERO, DayOf, days_of
+from app.web.dashboard_queries import ZERO, DayOf, day_column, days_of
 from app.web.queries import DateRange
 
 BREACH_LIST_LIMIT = 200
@@ -48,13 +48,14 @@ def services(*, session: Session, period: DateRange, doc: PolicyDocument | None,
         found[s.service] = ServiceSla(s.service, s.tenant, s.pool, s.p99_ms, s.penalty_per_breach_minute)
     days = days_of(period)
     index = {d: i for i, d in enumerate(days)}
-    day_of = DayOf(period.tz)
+    in_db = day_column(session, BreachMinuteRollup.hour, period.tz)
+    day_of = (lambda d: d) if in_db is not None else DayOf(period.tz)
+    bucket = BreachMinuteRollup.hour if in_db is None else in_db
     rows = session.exec(
         select(BreachMinuteRollup.service, BreachMinuteRollup.service_tenant, BreachMinuteRollup.pool,
-               BreachMinuteRollup.hour, func.count())
+               bucket, func.count())
         .where(BreachMinuteRollup.hour >= period.start_utc, BreachMinuteRollup.hour < period.end_utc)
-        .group_by(BreachMinuteRollup.service, BreachMinuteRollup.service_tenant, BreachMinuteRollup.pool,
-                  BreachMinuteRollup.hour)
+        .group_by(BreachMinuteRollup.service, BreachMinuteRollup.service_tenant, BreachMinuteRollup.pool, bucket)
     )
     for service, tenant, pool, hour, count in rows:
         s = found.setdefault(service, ServiceSla(service, tenant, pool, None, None))
