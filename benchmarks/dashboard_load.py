@@ -8,8 +8,9 @@ ingestion path (timed and printed; about 0.35 s per hour of 1,024 GPUs here, so 
 (INSERT ... SELECT with the hour shifted: the same tables and shapes) for a quicker run.
 
 Load: per route, a fixed number of requests from an httpx async client with `--concurrency` in flight,
-stopped early at `--time-cap` seconds; loopback only. /healthz runs before and after the dashboard
-routes on the same server in the same run. Printed: p50/p99 per route, p99 / healthz p99, errors.
+stopped early at `--time-cap` seconds; loopback only. /healthz runs before, between and after the
+dashboard routes on the same server in the same run. Printed: p50/p99 per route, each route's p99 over
+the mean p99 of the healthz phases around it (goal <= 5x), and errors (goal 0).
 """
 
 from __future__ import annotations
@@ -182,10 +183,12 @@ async def run_load(base: str, cookie: str, args, start: str, end: str) -> list[t
             if r.status_code != 200:
                 raise SystemExit(f"{label} {path}: HTTP {r.status_code}")
         kw = {"requests": args.requests, "concurrency": args.concurrency, "time_cap": args.time_cap}
-        results = [("/healthz (before)", await load(client, "/healthz", {}, **kw))]
+        # /healthz runs between every two dashboard routes: each route is compared with the healthz phases
+        # right before and after it, so a neighbour's load on this shared machine hits both sides alike.
+        results = [("/healthz", await load(client, "/healthz", {}, **kw))]
         for label, path, headers in routes:
             results.append((label, await load(client, path, headers, **kw)))
-        results.append(("/healthz (after)", await load(client, "/healthz", {}, **kw)))
+            results.append(("/healthz", await load(client, "/healthz", {}, **kw)))
     return results
 
 
@@ -246,15 +249,22 @@ def main() -> None:
         print(f"load: {args.requests} requests per route, {args.concurrency} concurrent, cap {args.time_cap:.0f} s, "
               f"{args.workers} uvicorn worker(s), loopback {base}")
         results = asyncio.run(run_load(base, cookie, args, start, end))
-        health = max(r["p99"] for label, r in results if label.startswith("/healthz"))
         print(f"\n{'route':30} {'n':>5} {'err':>4} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>7} {'p99/healthz':>12}")
         errors = 0
-        for label, r in results:
+        ratios = []
+        for i, (label, r) in enumerate(results):
             errors += r["errors"]
-            print(f"{label:30} {r['n']:>5} {r['errors']:>4} {r['p50']:>8.1f} {r['p99']:>8.1f} {r['rps']:>7.1f} "
-                  f"{r['p99'] / health:>11.2f}x" + (f"  {r['kinds']}" if r["kinds"] else ""))
-        worst = max(r["p99"] for label, r in results if not label.startswith("/healthz"))
-        print(f"\nworst dashboard p99 / healthz p99 (max of before/after) = {worst / health:.2f}x (goal <= 5x); "
+            ratio = ""
+            if label != "/healthz":
+                neighbours = (results[i - 1][1]["p99"] + results[i + 1][1]["p99"]) / 2
+                ratios.append(r["p99"] / neighbours)
+                ratio = f"{ratios[-1]:>11.2f}x"
+            print(f"{label:30} {r['n']:>5} {r['errors']:>4} {r['p50']:>8.1f} {r['p99']:>8.1f} {r['rps']:>7.1f} {ratio:>12}"
+                  + (f"  {r['kinds']}" if r["kinds"] else ""))
+        health = [r["p99"] for label, r in results if label == "/healthz"]
+        worst = max(r["p99"] for label, r in results if label != "/healthz")
+        print(f"\nworst p99 / mean p99 of the neighbouring healthz phases = {max(ratios):.2f}x (goal <= 5x); "
+              f"against the best healthz phase ({min(health):.0f} ms): {worst / min(health):.2f}x; "
               f"errors = {errors} (goal 0)")
     finally:
         if proc is not None:
