@@ -3,16 +3,22 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, time, timedelta
+import time
+from datetime import date, datetime, timedelta
+from datetime import time as clock
 from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Request
-from sqlmodel import Session
+from sqlalchemy import func
+from sqlmodel import Session, select
 from starlette.responses import Response
 
 from app.auth.deps import CurrentUser, Principal
 from app.billing.loader import DocumentCache
+from app.billing.models import BillingPeriod
 from app.core.deps import SessionDep
+from app.metrics.models import IngestHour
+from app.policy.models import PolicyVersion
 from app.web import dashboard_queries as dq
 from app.web import dashboard_sla as ds
 from app.web.dashboard_common import active_document, chart_json, presets, resolve
@@ -29,7 +35,7 @@ CLASS_COLOURS = {"inference": "#0072B2", "training": "#009E73", "preprocessing":
 def _month_bounds(day: date, tz: ZoneInfo) -> tuple[str, datetime, datetime]:
     first = day.replace(day=1)
     nxt = (first + timedelta(days=32)).replace(day=1)
-    return (f"{first.year:04d}-{first.month:02d}", datetime.combine(first, time(0), tz), datetime.combine(nxt, time(0), tz))
+    return (f"{first.year:04d}-{first.month:02d}", datetime.combine(first, clock(0), tz), datetime.combine(nxt, clock(0), tz))
 
 
 def cost_comparison(*, session: Session, today: date, tz: ZoneInfo, now: datetime) -> dict:
@@ -56,8 +62,45 @@ def daily_chart(usage: dq.DailyUsage) -> str:
     return chart_json({"labels": labels, "datasets": datasets})
 
 
+# Rollups change only when an hour is ingested, a period is rated or a policy version is added: the
+# aggregations are kept per (range, visible tenants, that data version) for at most CACHE_TTL_S, which also
+# bounds how late a policy version that becomes effective later shows up. Per process; bounded in size.
+CACHE_TTL_S = 30.0
+CACHE_MAX = 64
+_CACHE: dict[tuple, tuple[float, dict]] = {}
+
+
+def data_version(session: Session) -> tuple:
+    """A cheap fingerprint of everything the overview aggregates."""
+    ingest = session.exec(select(func.max(IngestHour.ingested_at), func.count()).select_from(IngestHour)).one()
+    billing = session.exec(select(func.sum(BillingPeriod.revision), func.count(), func.max(BillingPeriod.finalized_at))
+                           .select_from(BillingPeriod)).one()
+    policy = session.exec(select(func.max(PolicyVersion.id))).one()
+    return (*ingest, *billing, policy)
+
+
+def _cached_aggregates(*, session: Session, user: Principal, period: DateRange, now: datetime, today: date) -> dict:
+    tenants = user.visible_tenants()
+    key = (period.start, period.end, period.tz.key, today, tenants, data_version(session))
+    hit = _CACHE.get(key)
+    if hit is not None and time.monotonic() - hit[0] < CACHE_TTL_S:
+        return hit[1]
+    value = _aggregates(session=session, user=user, period=period, now=now, today=today)
+    if len(_CACHE) >= CACHE_MAX:
+        _CACHE.clear()
+    _CACHE[key] = (time.monotonic(), value)
+    return value
+
+
 def extras(*, session: Session, user: Principal, period: DateRange, now: datetime, today: date) -> dict:
     """Context the overview template needs for the dashboard panels."""
+    context = dict(_cached_aggregates(session=session, user=user, period=period, now=now, today=today))
+    context.update(health_context(session=session, period=period, now=now))  # lag depends on the clock
+    context["now"] = now
+    return context
+
+
+def _aggregates(*, session: Session, user: Principal, period: DateRange, now: datetime, today: date) -> dict:
     tenants = user.visible_tenants()
     usage = dq.daily_usage(session=session, period=period, tenants=tenants)
     context = {
@@ -71,7 +114,6 @@ def extras(*, session: Session, user: Principal, period: DateRange, now: datetim
             for label, s, e in presets(today)
         ],
     }
-    context.update(health_context(session=session, period=period, now=now))
     context.update(sla_context(session=session, user=user, today=today, tz=period.tz, now=now))
     return context
 

@@ -20,6 +20,14 @@ from tests.billing.builders import add_hour, store_policy
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """Rolled-back tests can repeat a data fingerprint with other rows: start each test with an empty cache."""
+    dashboard_overview._CACHE.clear()
+    yield
+    dashboard_overview._CACHE.clear()
+
+
 def _hours(n: int = 3) -> list[datetime]:
     last = floor_hour(utcnow()) - timedelta(hours=1)
     start = max(last.replace(day=1, hour=0), last - timedelta(hours=n - 1))
@@ -121,3 +129,20 @@ async def test_overview_for_a_member_has_no_fleet_cost_or_idle(client, session, 
     assert page.status_code == 200
     assert "Fleet cost" not in page.text and "search" not in page.text and "etl" not in page.text
     assert [d["label"] for d in _json(page.text, "overview-daily-data")["datasets"]] == ["training"]
+
+
+async def test_overview_cache_follows_new_ingestion(session, seeded):
+    """The cached aggregates are keyed by the data version: a newly ingested hour shows at once."""
+    from app.auth.deps import Principal
+
+    user = Principal(name="vic", roles=frozenset({"viewer"}))
+    period = _period(seeded["hours"])
+    now, today = utcnow(), period.end
+    first = dashboard_overview.extras(session=session, user=user, period=period, now=now, today=today)
+    again = dashboard_overview.extras(session=session, user=user, period=period, now=now, today=today)
+    assert again["daily_json"] == first["daily_json"]
+    version = store_policy(session, effective_from=datetime(2026, 1, 2, tzinfo=UTC))
+    add_hour(session, hour=seeded["hours"][0] - timedelta(hours=2), version=version.id)
+    session.flush()
+    after = dashboard_overview.extras(session=session, user=user, period=period, now=now, today=today)
+    assert after["daily_json"] != first["daily_json"]
