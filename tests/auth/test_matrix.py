@@ -67,6 +67,7 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/billing"): SIGNED_IN,
     ("GET", "/billing/{period}"): SIGNED_IN,
     ("GET", "/billing/{period}/{tenant}"): SIGNED_IN,
+    ("GET", "/billing/{period}/{tenant}/invoice.pdf"): SIGNED_IN,
     ("POST", "/billing/{period}/rate"): FINANCE,
     ("POST", "/billing/{period}/close"): FINANCE,
     # policy: staff read, operators propose and release, reviewers decide
@@ -99,6 +100,12 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("POST", "/api/v1/policy/releases/{release_id}/deploy"): OPERATOR,
     ("POST", "/api/v1/policy/releases/{release_id}/rollback"): OPERATOR,
     ("GET", "/api/v1/policy/audit"): STAFF,
+    # directory: tenant members see only their tenants and the audit entries about them
+    ("GET", "/api/v1/tenants"): SIGNED_IN,
+    ("GET", "/api/v1/tenants/{name}"): SIGNED_IN,
+    ("GET", "/api/v1/departments"): SIGNED_IN,
+    ("GET", "/api/v1/audit"): SIGNED_IN,
+    ("GET", "/api/v1/audit/{entry_id}"): SIGNED_IN,
     ("GET", "/policy"): STAFF,
     ("GET", "/policy/versions"): STAFF,
     ("GET", "/policy/versions/{number}"): STAFF,
