@@ -20,7 +20,7 @@ from sqlmodel import Session
 from app.billing.invoices import PeriodView, load_view
 from app.billing.models import BillingPeriod, ChargeLineRecord, LineSource
 from app.billing.types import PLATFORM, LineKind
-from app.core.errors import Invalid, FieldError
+from app.core.errors import FieldError, Invalid, NotFound
 
 FORMATS = {
     "csv": ("text/csv; charset=utf-8", "csv"),
@@ -83,6 +83,16 @@ def render(*, session: Session, period: BillingPeriod, fmt: str) -> bytes:
     """The export of `period` in `fmt` (csv | focus | pdf)."""
     view = _plain_view(load_view(session=session, period=period))
     return _RENDERERS[check_format(fmt)](view)
+
+
+def render_invoice(*, session: Session, period: BillingPeriod, tenant: str) -> bytes:
+    """One tenant's invoice as PDF; 404 when the period holds nothing for that tenant."""
+    from app.billing.pdf import render_invoice_pdf
+
+    view = _plain_view(load_view(session=session, period=period))
+    if tenant not in view.tenants:
+        raise NotFound(f"No invoice for tenant {tenant!r} in {period.month}")
+    return render_invoice_pdf(view, tenant)
 
 
 def hashes(*, session: Session, period: BillingPeriod) -> dict[str, str]:

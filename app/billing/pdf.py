@@ -65,16 +65,29 @@ class _Doc(FPDF):
         self.ln(2)
 
 
+def _document(view: PeriodView, title: str) -> _Doc:
+    """A document whose metadata come from the period, never the clock (reproducible bytes)."""
+    doc = _Doc(title)
+    doc.set_title(title)
+    doc.set_author("GPU chargeback portal")
+    doc.set_creator("GPU chargeback portal")
+    doc.set_producer("GPU chargeback portal")
+    doc.set_creation_date(view.period.ends_at)
+    return doc
+
+
+def render_invoice_pdf(view: PeriodView, tenant: str) -> bytes:
+    """One tenant's invoice alone, as PDF bytes (what a tenant member may download)."""
+    doc = _document(view, f"GPU chargeback {view.period.month} - {tenant}")
+    _invoice_page(doc, view, tenant)
+    return bytes(doc.output())
+
+
 def render_pdf(view: PeriodView) -> bytes:
     """Summary, platform statement and one invoice per tenant, as PDF bytes."""
     period = view.period
     cur = period.currency
-    doc = _Doc(f"GPU chargeback {period.month}")
-    doc.set_title(f"GPU chargeback {period.month}")
-    doc.set_author("GPU chargeback portal")
-    doc.set_creator("GPU chargeback portal")
-    doc.set_producer("GPU chargeback portal")
-    doc.set_creation_date(period.ends_at)
+    doc = _document(view, f"GPU chargeback {period.month}")
 
     summary = invoice_summaries(view, None)
     doc.add_page()
@@ -124,28 +137,33 @@ def render_pdf(view: PeriodView) -> bytes:
     )
 
     for tenant in view.tenants:
-        inv = tenant_invoice(view, tenant)
-        doc.add_page()
-        doc.heading(f"Invoice {period.month} - tenant {tenant}", 14)
-        doc.line_text(f"Department: {inv['department'] or '-'}    Status: {period.status}    Currency: {cur}")
-        doc.ln(2)
-        doc.table(
-            [40, 30, 22, 26, 10, 24, 34], ["Line", "Pool", "Class", "Service", "Ver", "Quantity", "Amount"],
-            [[l["kind"] + (" (correction)" if l["correction"] else ""), l["pool"], l["class"], l["service"],
-              str(l["policy_version"]), f"{l['quantity']:.4f} {'min' if l['unit'] == 'breach-minute' else 'GPU-h'}",
-              _money(l["amount"], cur)] for l in inv["lines"]],
-            right={5, 6},
-        )
-        doc.table(
-            [50, 30, 30, 30, 46], ["Pool", "Class", "Busy GPU-h", "Dark GPU-h", "Efficiency"],
-            [[g["pool"], g["class"], f"{g['busy']:.2f}", f"{g['dark']:.2f}",
-              "-" if g["efficiency"] is None else f"{g['efficiency']:.1%}"] for g in inv["gpu_hours"]],
-            right={2, 3, 4},
-        )
-        eff = "-" if inv["efficiency"] is None else f"{inv['efficiency']:.1%}"
-        doc.line_text(f"GPU-hours: {inv['gpu_hours_total']:.2f}    Efficiency: {eff}")
-        doc.line_text(f"Penalties paid: {_money(inv['penalties_paid'], cur)}    "
-                      f"Credits received: {_money(inv['credits_received'], cur)}")
-        doc.set_font("Helvetica", "B", 11)
-        doc.cell(0, 8, _text(f"Total due: {_money(inv['total'], cur)}"), new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+        _invoice_page(doc, view, tenant)
     return bytes(doc.output())
+
+
+def _invoice_page(doc: _Doc, view: PeriodView, tenant: str) -> None:
+    period, cur = view.period, view.period.currency
+    inv = tenant_invoice(view, tenant)
+    doc.add_page()
+    doc.heading(f"Invoice {period.month} - tenant {tenant}", 14)
+    doc.line_text(f"Department: {inv['department'] or '-'}    Status: {period.status}    Currency: {cur}")
+    doc.ln(2)
+    doc.table(
+        [40, 30, 22, 26, 10, 24, 34], ["Line", "Pool", "Class", "Service", "Ver", "Quantity", "Amount"],
+        [[l["kind"] + (" (correction)" if l["correction"] else ""), l["pool"], l["class"], l["service"],
+          str(l["policy_version"]), f"{l['quantity']:.4f} {'min' if l['unit'] == 'breach-minute' else 'GPU-h'}",
+          _money(l["amount"], cur)] for l in inv["lines"]],
+        right={5, 6},
+    )
+    doc.table(
+        [50, 30, 30, 30, 46], ["Pool", "Class", "Busy GPU-h", "Dark GPU-h", "Efficiency"],
+        [[g["pool"], g["class"], f"{g['busy']:.2f}", f"{g['dark']:.2f}",
+          "-" if g["efficiency"] is None else f"{g['efficiency']:.1%}"] for g in inv["gpu_hours"]],
+        right={2, 3, 4},
+    )
+    eff = "-" if inv["efficiency"] is None else f"{inv['efficiency']:.1%}"
+    doc.line_text(f"GPU-hours: {inv['gpu_hours_total']:.2f}    Efficiency: {eff}")
+    doc.line_text(f"Penalties paid: {_money(inv['penalties_paid'], cur)}    "
+                  f"Credits received: {_money(inv['credits_received'], cur)}")
+    doc.set_font("Helvetica", "B", 11)
+    doc.cell(0, 8, _text(f"Total due: {_money(inv['total'], cur)}"), new_x=XPos.LMARGIN, new_y=YPos.NEXT)

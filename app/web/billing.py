@@ -11,7 +11,7 @@ from fastapi import APIRouter, Form, Request
 from starlette.responses import RedirectResponse, Response
 
 from app.auth.deps import CurrentUser, Principal, require_roles
-from app.billing import periods
+from app.billing import exports, periods
 from app.billing.invoices import invoice_summaries, load_view, platform_statement, rated_period, tenant_invoice
 from app.billing.models import PeriodStatus
 from app.core.deps import SessionDep
@@ -64,6 +64,18 @@ def billing_invoice(request: Request, period: str, tenant: str, session: Session
         raise NotFound(f"No invoice for tenant {tenant!r} in {row.month}")
     invoice = tenant_invoice(load_view(session=session, period=row), tenant)
     return render(request, "billing/invoice.html", {"title": f"Invoice {row.month} {tenant}", "invoice": invoice})
+
+
+@router.get("/billing/{period}/{tenant}/invoice.pdf")
+def billing_invoice_pdf(period: str, tenant: str, session: SessionDep, user: CurrentUser) -> Response:
+    row = rated_period(session=session, month=period)
+    if not user.can_see_tenant(tenant):
+        raise NotFound(f"No invoice for tenant {tenant!r} in {row.month}")
+    return Response(
+        exports.render_invoice(session=session, period=row, tenant=tenant),
+        media_type="application/pdf",
+        headers={"Content-Disposition": f'attachment; filename="invoice-{row.month}-{tenant}.pdf"'},
+    )
 
 
 def _back(request: Request, month: str) -> Response:

@@ -53,3 +53,28 @@ def test_close_form_and_tenant_isolation(api, fresh_engine):  # noqa: F811
     assert api.post("/billing/2026-10/rate", headers=HTML, data={}).status_code == 403
     api.as_(FINANCE)
     assert api.get("/billing/2026-13", headers=HTML).status_code == 422
+
+
+def test_invoice_pdf_holds_only_that_tenant(api, fresh_engine, tmp_path):  # noqa: F811
+    import subprocess
+
+    with unit_of_work(fresh_engine) as s:
+        v = store_policy(s)
+        add_hour(s, hour=OCT1, version=v.id)
+    api.post("/billing/2026-10/rate", headers=HTML, data={})
+    assert "/billing/2026-10/vision/invoice.pdf" in api.get("/billing/2026-10/vision", headers=HTML).text
+
+    api.as_(VISION_MEMBER)
+    pdf = api.get("/billing/2026-10/vision/invoice.pdf")
+    assert pdf.status_code == 200 and pdf.content.startswith(b"%PDF")
+    assert pdf.headers["content-type"] == "application/pdf"
+    (tmp_path / "invoice.pdf").write_bytes(pdf.content)
+    text = subprocess.run(["pdftotext", str(tmp_path / "invoice.pdf"), "-"], capture_output=True, text=True,
+                          check=True).stdout
+    assert "Invoice 2026-10 - tenant vision" in text and "Total due" in text
+    assert "tenant search" not in text and "Platform statement" not in text
+    assert api.get("/billing/2026-10/search/invoice.pdf").status_code == 404
+    api.as_(FINANCE)
+    assert api.get("/billing/2026-10/nobody/invoice.pdf").status_code == 404
+    again = api.get("/billing/2026-10/vision/invoice.pdf").content
+    assert again == pdf.content  # reproducible bytes
