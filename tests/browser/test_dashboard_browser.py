@@ -132,10 +132,9 @@ def test_drill_overview_to_tenant_to_invoice_pdf(portal, sessions, console):
     page.wait_for_url(f"{base}/billing/{month}/vision")
     assert page.locator("h1").inner_text().startswith(f"Invoice {month}")
     shot(page, "invoice")
-    # The invoice page has no PDF link of its own; the period's PDF (all invoices) is on the period page.
-    page.goto(f"{base}/billing/{month}")
     with page.expect_download() as download:
-        page.locator("main a", has_text="PDF").click()
+        page.locator("main a", has_text="Download PDF").click()
+    assert download.value.suggested_filename == f"invoice-{month}-vision.pdf"
     pdf = download.value.path().read_bytes()
     assert pdf.startswith(b"%PDF") and len(pdf) > 1000
     page.goto(f"{base}/billing")
