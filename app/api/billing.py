@@ -11,13 +11,15 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Query, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
+from app.api.common import CursorQuery, IdempotencyDep, conditional, decode_cursor, encode_cursor, json_response
 from app.auth.deps import CurrentUser, Principal, require_roles
 from app.billing import exports, periods
-from app.billing.invoices import invoice_summaries, load_view, platform_statement, rated_period, tenant_invoice
+from app.billing.invoice_pages import tenant_totals
+from app.billing.invoices import load_view, platform_statement, rated_period, tenant_invoice
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
 
@@ -44,6 +46,28 @@ class CloseRequest(BaseModel):
     reason: str | None = Field(default=None, max_length=2000)
 
 
+class InvoiceSummary(BaseModel):
+    tenant: str
+    department: str
+    gpu_hours: str
+    total: str
+
+
+class DepartmentTotal(BaseModel):
+    department: str
+    tenants: list[str]
+    total: str
+
+
+class InvoiceList(BaseModel):
+    period: str
+    status: str
+    currency: str
+    invoices: list[InvoiceSummary]
+    departments: list[DepartmentTotal]
+    next_cursor: str | None = None
+
+
 class CorrectionRequest(BaseModel):
     line_id: str = Field(min_length=1)
     amount: Decimal
@@ -57,19 +81,46 @@ def list_periods(session: SessionDep, user: CurrentUser) -> list[dict]:
 
 
 @router.get("/periods/{period}/invoices")
-def list_invoices(period: str, session: SessionDep, user: CurrentUser) -> dict:
-    """Invoice totals per tenant the caller may see, with department roll-ups."""
+def list_invoices(
+    period: str,
+    request: Request,
+    session: SessionDep,
+    user: CurrentUser,
+    limit: Annotated[int | None, Query(ge=1, le=500, description="Invoices per page (1-500); omitted: all")] = None,
+    cursor: CursorQuery = None,
+) -> InvoiceList:
+    """Invoice totals per tenant the caller may see (by tenant name, cursor-paged), with department roll-ups.
+
+    Answers carry an ETag; a GET with a matching If-None-Match gets 304.
+    """
     row = rated_period(session=session, month=period)
-    return to_json(invoice_summaries(load_view(session=session, period=row), user.visible_tenants()))
+    invoices = tenant_totals(session=session, period=row, visible=user.visible_tenants())
+    departments: dict[str, dict] = {}
+    for inv in invoices:  # roll-ups cover every visible tenant, whichever page is asked for
+        dept = departments.setdefault(inv["department"], {"department": inv["department"], "tenants": [], "total": Decimal(0)})
+        dept["tenants"].append(inv["tenant"])
+        dept["total"] += inv["total"]
+    if cursor is not None:
+        (after,) = decode_cursor(cursor, [str])
+        invoices = [inv for inv in invoices if inv["tenant"] > after]
+    next_cursor = None
+    if limit is not None and len(invoices) > limit:
+        invoices = invoices[:limit]
+        next_cursor = encode_cursor([invoices[-1]["tenant"]])
+    payload = {
+        "period": row.month, "status": row.status, "currency": row.currency, "invoices": invoices,
+        "departments": [departments[d] for d in sorted(departments)], "next_cursor": next_cursor,
+    }
+    return conditional(request, to_json(payload))
 
 
 @router.get("/periods/{period}/invoices/{tenant}")
-def get_invoice(period: str, tenant: str, session: SessionDep, user: CurrentUser) -> dict:
-    """One tenant's invoice: lines, GPU-hours per pool and class, efficiency, penalties, credits, total."""
+def get_invoice(period: str, tenant: str, request: Request, session: SessionDep, user: CurrentUser) -> dict:
+    """One tenant's invoice: lines, GPU-hours per pool and class, efficiency, penalties, credits, total (ETag, 304)."""
     row = rated_period(session=session, month=period)
     if not user.can_see_tenant(tenant):
         raise NotFound(f"No invoice for tenant {tenant!r} in {row.month}")
-    return to_json(tenant_invoice(load_view(session=session, period=row), tenant))
+    return conditional(request, to_json(tenant_invoice(load_view(session=session, period=row), tenant)))
 
 
 @router.get("/periods/{period}/statement", dependencies=[STAFF])
@@ -82,6 +133,7 @@ def get_statement(period: str, session: SessionDep) -> dict:
 @router.get("/periods/{period}/export", dependencies=[FINANCE])
 def export(
     period: str,
+    request: Request,
     session: SessionDep,
     format: Annotated[Literal["csv", "focus", "pdf"], Query(description="csv | focus (FOCUS 1.2) | pdf")] = "csv",
 ) -> Response:
@@ -89,15 +141,17 @@ def export(
     row = rated_period(session=session, month=period)
     data = exports.render(session=session, period=row, fmt=format)
     digest = hashlib.sha256(data).hexdigest()
-    return Response(
-        content=data,
-        media_type=exports.media_type(format),
-        headers={
-            "Content-Disposition": f'attachment; filename="{exports.filename(row.month, format)}"',
-            "ETag": f'"{digest}"',
-            "X-Content-SHA256": digest,
-        },
-    )
+    etag = f'"{digest}"'  # the content hash itself, so a client can check it against the finalized hash
+    headers = {
+        "Content-Disposition": f'attachment; filename="{exports.filename(row.month, format)}"',
+        "ETag": etag,
+        "X-Content-SHA256": digest,
+        "Cache-Control": "private, no-cache",
+    }
+    if_none_match = request.headers.get("if-none-match", "")
+    if if_none_match and (if_none_match.strip() == "*" or etag in [t.strip().removeprefix("W/") for t in if_none_match.split(",")]):
+        return Response(status_code=304, headers=headers)
+    return Response(content=data, media_type=exports.media_type(format), headers=headers)
 
 
 @router.post("/periods/{period}/rate")
@@ -109,12 +163,22 @@ def rate(period: str, session: SessionDep, user: Annotated[Principal, FINANCE]) 
 
 @router.post("/periods/{period}/close")
 def close(
-    period: str, session: SessionDep, user: Annotated[Principal, FINANCE], body: Annotated[CloseRequest | None, Body()] = None
+    period: str,
+    session: SessionDep,
+    user: Annotated[Principal, FINANCE],
+    idempotency: IdempotencyDep,
+    body: Annotated[CloseRequest | None, Body()] = None,
 ) -> dict:
-    """Finalize the period (409 when incomplete without accept_gaps, or already finalized)."""
+    """Finalize the period (409 when incomplete without accept_gaps, or already finalized).
+
+    With an `Idempotency-Key` header a retry gets the first answer again instead of a 409.
+    """
+    replayed = idempotency.replay()
+    if replayed is not None:
+        return replayed
     body = body or CloseRequest()
     row = periods.close(session=session, period=period, actor=user.name, accept_gaps=body.accept_gaps, reason=body.reason)
-    return to_json(periods.period_summary(row))
+    return idempotency.remember(json_response(to_json(periods.period_summary(row))))
 
 
 @router.post("/periods/{period}/corrections", status_code=201)
