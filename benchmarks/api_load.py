@@ -1,0 +1,143 @@
+"""Benchmark: the finance API under load, `GET /api/v1/periods/{p}/invoices?limit=100` against /healthz.
+
+Run:  .venv/bin/python benchmarks/api_load.py [--requests 640 --concurrency 64 --time-cap 60]
+
+A throwaway PostgreSQL database gets one month of rollups for 500 tenants, 40 pools and 8,192 GPUs
+(the rating benchmark's generator, bulk COPY in a child process) and is rated through
+`periods.rate`. One uvicorn process serves it on loopback; an httpx async client keeps
+`--concurrency` requests in flight with a finance bearer token, alternating phases of /healthz and
+the invoice page in the same run, and prints p50, p99, throughput, the invoice p99 against the
+neighbouring healthz phases' p99 (goal <= 3x) and the error count (goal 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+
+from benchmarks.dashboard_load import free_port, load  # noqa: E402
+from benchmarks.rating import create_database, drop_database, generate  # noqa: E402
+
+
+def seed(url: str, args) -> str:
+    """Generate and rate the month; returns a finance user's raw API token."""
+    from app.auth import service
+    from app.billing import periods
+    from app.core.db import make_engine, unit_of_work
+    from app.core.migrate import upgrade
+
+    upgrade(url)
+    t0 = time.perf_counter()
+    child = multiprocessing.get_context("spawn").Process(target=generate, args=(url, args))
+    child.start()
+    child.join()
+    if child.exitcode:
+        raise SystemExit(f"generation failed (exit {child.exitcode})")
+    t1 = time.perf_counter()
+    engine = make_engine(url)
+    with unit_of_work(engine) as session:
+        periods.rate(session=session, period=args.month, actor="bench")
+    t2 = time.perf_counter()
+    with unit_of_work(engine) as session:
+        user = service.create_user(session=session, name="bench-finance", role="finance", password=None,
+                                   tenants=[], actor="bench")
+        _, raw = service.create_token(session=session, user=user, scopes="read", lifetime=timedelta(days=1),
+                                      actor="bench")
+    engine.dispose()
+    print(f"seeded: generation {t1 - t0:.1f} s, rating {t2 - t1:.1f} s", flush=True)
+    return raw
+
+
+async def run_load(base: str, token: str, args) -> list[tuple[str, dict]]:
+    # Idle connections dropped after 2 s, below uvicorn's 5 s keep-alive (see dashboard_load: the close race).
+    limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency,
+                          keepalive_expiry=2.0)
+    invoices = f"/api/v1/periods/{args.month}/invoices?limit=100"
+    auth = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
+        first = await client.get(invoices, headers=auth)
+        body = first.json()
+        if first.status_code != 200 or len(body["invoices"]) != 100 or not body["next_cursor"]:
+            raise SystemExit(f"invoice page check failed: HTTP {first.status_code} {first.text[:200]}")
+        kw = {"requests": args.requests, "concurrency": args.concurrency, "time_cap": args.time_cap}
+        results = [("/healthz", await load(client, "/healthz", {}, **kw))]
+        for _ in range(args.rounds):
+            results.append(("invoices?limit=100", await load(client, invoices, auth, **kw)))
+            results.append(("/healthz", await load(client, "/healthz", {}, **kw)))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tenants", type=int, default=500)
+    parser.add_argument("--pools", type=int, default=40)
+    parser.add_argument("--gpus", type=int, default=8192)
+    parser.add_argument("--month", default="2026-10")
+    parser.add_argument("--requests", type=int, default=640, help="requests per phase")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--time-cap", type=float, default=60.0, help="seconds per phase at most")
+    parser.add_argument("--rounds", type=int, default=2, help="invoice phases (each followed by a healthz phase)")
+    args = parser.parse_args()
+
+    url = create_database()
+    proc = None
+    try:
+        token = seed(url, args)
+        port = free_port()
+        env = {**os.environ, "CHARGEBACK_DATABASE_URL": url}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
+             "--log-level", "warning", "--no-access-log"],
+            cwd=ROOT, env=env,
+        )
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("uvicorn did not come up")
+            time.sleep(0.2)
+        print(f"load: {args.requests} requests per phase, {args.concurrency} concurrent, cap {args.time_cap:.0f} s, "
+              f"1 uvicorn worker, loopback {base}; {args.tenants} tenants, month {args.month}")
+        results = asyncio.run(run_load(base, token, args))
+        print(f"\n{'phase':22} {'n':>5} {'err':>4} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>7} {'p99/healthz':>12}")
+        errors, ratios = 0, []
+        for i, (label, r) in enumerate(results):
+            errors += r["errors"]
+            ratio = ""
+            if label != "/healthz":
+                around = (results[i - 1][1]["p99"] + results[i + 1][1]["p99"]) / 2
+                ratios.append(r["p99"] / around)
+                ratio = f"{ratios[-1]:.2f}x"
+            print(f"{label:22} {r['n']:>5} {r['errors']:>4} {r['p50']:>8.1f} {r['p99']:>8.1f} {r['rps']:>7.1f} "
+                  f"{ratio:>12}" + (f"  {r['kinds']}" if r["kinds"] else ""))
+        best_healthz = min(r["p99"] for label, r in results if label == "/healthz")
+        worst = max(r["p99"] for label, r in results if label != "/healthz")
+        print(f"\nworst invoice p99 / neighbouring healthz p99: {max(ratios):.2f}x (goal <= 3x); "
+              f"vs best healthz phase: {worst / best_healthz:.2f}x")
+        print(f"errors: {errors} (goal 0); load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=30)
+        drop_database(url)
+
+
+if __name__ == "__main__":
+    main()
