@@ -84,7 +84,7 @@ def problem_openapi(app: FastAPI) -> None:
                 responses = operation.setdefault("responses", {})
                 wanted = dict(_STANDARD)
                 if method in ("post", "put", "patch", "delete"):
-                    wanted["409"] = "Conflicts with the current state (or an Idempotency-Key reused with another body)"
+                    wanted["409"] = "Conflicts with the current state (or a request with the same Idempotency-Key still in progress)"
                     wanted["400"] = "The body could not be parsed (not valid JSON or form data)"
                 for status, description in wanted.items():
                     responses.setdefault(status, {"description": description})
