@@ -16,9 +16,9 @@ import argparse
 import asyncio
 import multiprocessing
 import os
-import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
 
@@ -27,8 +27,9 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from benchmarks.dashboard_load import free_port, load  # noqa: E402
+from benchmarks.dashboard_load import load  # noqa: E402
 from benchmarks.rating import create_database, drop_database, generate  # noqa: E402
+from tests.support.server import running_portal  # noqa: E402
 
 
 def seed(url: str, args) -> str:
@@ -92,27 +93,10 @@ def main() -> None:
     args = parser.parse_args()
 
     url = create_database()
-    proc = None
+    stack = ExitStack()
     try:
         token = seed(url, args)
-        port = free_port()
-        env = {**os.environ, "CHARGEBACK_DATABASE_URL": url}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
-             "--log-level", "warning", "--no-access-log"],
-            cwd=ROOT, env=env,
-        )
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("uvicorn did not come up")
-            time.sleep(0.2)
+        base = stack.enter_context(running_portal(url, extra_args=("--log-level", "warning", "--no-access-log"))).base
         print(f"load: {args.requests} requests per phase, {args.concurrency} concurrent, cap {args.time_cap:.0f} s, "
               f"1 uvicorn worker, loopback {base}; {args.tenants} tenants, month {args.month}")
         results = asyncio.run(run_load(base, token, args))
@@ -133,9 +117,7 @@ def main() -> None:
               f"vs best healthz phase: {worst / best_healthz:.2f}x")
         print(f"errors: {errors} (goal 0); load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=30)
+        stack.close()
         drop_database(url)
 
 

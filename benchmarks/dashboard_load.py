@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
 
@@ -40,6 +38,7 @@ from app.metrics.simulator import Simulator  # noqa: E402
 from app.metrics.simulator.policy import seed_policy  # noqa: E402
 from app.policy.service import import_version  # noqa: E402
 from tests.support.databases import drop_postgres_database, migrated, new_postgres_database  # noqa: E402
+from tests.support.server import running_portal  # noqa: E402
 
 HTMX = {"HX-Request": "true"}
 # (label, path, headers): the overview page, its range swap (htmx content block) and its live partials.
@@ -75,12 +74,6 @@ REPLICATE = [
         JOIN breach_minute nb ON nb.service = ob.service AND nb.minute_end = ob.minute_end + {SHIFT}
         WHERE ob.hour >= :s AND ob.hour < :e""",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def seed(url: str, *, gpus: int, days: int, ingest_hours_n: int) -> dict:
@@ -211,7 +204,7 @@ def main() -> None:
     args = parser.parse_args()
 
     url = args.database_url or migrated(new_postgres_database("cbbench"))
-    proc = None
+    stack = ExitStack()
     try:
         if args.database_url:
             info = reuse(url)
@@ -226,24 +219,8 @@ def main() -> None:
                 print(f"  bulk copy of the ingested days: {info['copied_hours']} h in {info['copy_s']:.1f} s")
             print(f"  rows: usage_rollup {info['usage_rows']:,}, pool_hour {info['pool_hours']:,}, "
                   f"breach_minute {info['breach_minutes']:,}")
-        port = free_port()
-        env = {**os.environ, "CHARGEBACK_DATABASE_URL": url}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
-             "--workers", str(args.workers), "--log-level", "warning", "--no-access-log"],
-            cwd=ROOT, env=env,
-        )
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("uvicorn did not come up")
-            time.sleep(0.2)
+        server_args = ("--workers", str(args.workers), "--log-level", "warning", "--no-access-log")
+        base = stack.enter_context(running_portal(url, extra_args=server_args)).base
         cookie = sessions.sign_session_id(info["session_id"])
         from app.core.settings import get_settings
 
@@ -271,9 +248,7 @@ def main() -> None:
               f"against the best healthz phase ({min(health):.0f} ms): {worst / min(health):.2f}x; "
               f"errors = {errors} (goal 0)")
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=20)
+        stack.close()
         if args.keep or args.database_url:
             print(f"database kept: {url}")
         else:

@@ -3,15 +3,9 @@ rating, served by a uvicorn subprocess on a free loopback port; one headless chr
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from datetime import timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 from playwright.sync_api import sync_playwright
 
@@ -25,6 +19,7 @@ from app.metrics.simulator import Simulator
 from app.metrics.simulator.policy import seed_policy
 from app.policy.service import import_version
 from tests.support.databases import drop_postgres_database, migrated, new_postgres_database
+from tests.support.server import running_portal
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "artifacts" / "screenshots"
@@ -35,12 +30,6 @@ DAYS = 7
 # name -> (role, tenants)
 USERS = {"ada": ("admin", []), "olga": ("operator", []), "rex": ("reviewer", []), "fin": ("finance", []),
          "tess": ("tenant", ["search"])}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _months(start, end) -> list[str]:
@@ -75,37 +64,14 @@ def portal(tmp_path_factory):
             periods.rate(session=session, period=month, actor="seed")
     engine.dispose()
 
-    port = free_port()
-    env = {**os.environ, "CHARGEBACK_DATABASE_URL": url}
-    log_path = tmp_path_factory.mktemp("uvicorn") / "uvicorn.log"
-    log = open(log_path, "w+")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                pytest.fail(f"uvicorn did not come up:\n{log.read()}")
-            time.sleep(0.2)
-        yield {"base": base, "months": months, "month": months[-1], "start": start, "end": end}
+        with running_portal(url, log_dir=tmp_path_factory.mktemp("uvicorn")) as portal:
+            yield {"base": portal.base, "months": months, "month": months[-1], "start": start, "end": end}
+        server_log = portal.log()
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.seek(0)
-        server_log = log.read()
-        log.close()
         drop_postgres_database(url)
-        assert "Traceback" not in server_log, server_log[-5000:]
-        assert PASSWORD not in server_log
+    assert "Traceback" not in server_log, server_log[-5000:]
+    assert PASSWORD not in server_log
 
 
 # Module scope: a sync Playwright left running would make the next module's sync_playwright() fail

@@ -6,11 +6,6 @@ admin-users.png.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -26,6 +21,7 @@ from app.metrics.simulator import Simulator
 from app.metrics.simulator.policy import seed_policy
 from app.policy.service import import_version
 from tests.support.databases import migrated, new_sqlite_database
+from tests.support.server import running_portal
 
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,12 +29,6 @@ SHOTS = ROOT / "artifacts" / "screenshots"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]
 PASSWORD = "browser-test-passphrase"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -57,35 +47,11 @@ def portal(tmp_path_factory):
     assert len(report.ok) == 48 and not report.gaps
     engine.dispose()
 
-    port = _free_port()
-    env = {**os.environ, "CHARGEBACK_DATABASE_URL": url}
-    log = open(tmp_path_factory.mktemp("uvicorn") / "uvicorn.log", "w+")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                pytest.fail(f"uvicorn did not come up:\n{log.read()}")
-            time.sleep(0.2)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.seek(0)
-        server_log = log.read()
-        log.close()
-        assert "Traceback" not in server_log, server_log
-        assert PASSWORD not in server_log
+    with running_portal(url, log_dir=tmp_path_factory.mktemp("uvicorn")) as portal:
+        yield portal.base
+    server_log = portal.log()
+    assert "Traceback" not in server_log, server_log
+    assert PASSWORD not in server_log
 
 
 def _sign_in(page, base: str) -> None:

@@ -1,0 +1,71 @@
+"""A real uvicorn serving the portal on a free loopback port (browser tests and load benchmarks)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerFailed(RuntimeError):
+    """uvicorn exited or did not answer /healthz in time; the message holds its log."""
+
+
+@dataclass
+class Portal:
+    base: str
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextmanager
+def running_portal(database_url: str, *, extra_args: tuple[str, ...] = (), log_dir: Path | None = None,
+                   timeout_s: float = 60) -> Iterator[Portal]:
+    """Start `uvicorn app.main:app` on `database_url`, wait for /healthz, stop it on exit."""
+    port = free_port()
+    log_path = Path(tempfile.mkdtemp(dir=log_dir, prefix="uvicorn-")) / "uvicorn.log"
+    env = {**os.environ, "CHARGEBACK_DATABASE_URL": database_url}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port), *extra_args],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+    portal = Portal(base=f"http://127.0.0.1:{port}", log_path=log_path)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if httpx.get(f"{portal.base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise ServerFailed(f"uvicorn did not come up:\n{portal.log()}")
+            time.sleep(0.2)
+        yield portal
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
