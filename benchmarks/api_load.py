@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
-import os
 import sys
 import time
 from contextlib import ExitStack
@@ -27,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from benchmarks.dashboard_load import load  # noqa: E402
+from benchmarks.dashboard_load import interleaved, report  # noqa: E402
 from benchmarks.rating import create_database, drop_database, generate  # noqa: E402
 from tests.support.server import running_portal  # noqa: E402
 
@@ -72,12 +71,7 @@ async def run_load(base: str, token: str, args) -> list[tuple[str, dict]]:
         body = first.json()
         if first.status_code != 200 or len(body["invoices"]) != 100 or not body["next_cursor"]:
             raise SystemExit(f"invoice page check failed: HTTP {first.status_code} {first.text[:200]}")
-        kw = {"requests": args.requests, "concurrency": args.concurrency, "time_cap": args.time_cap}
-        results = [("/healthz", await load(client, "/healthz", {}, **kw))]
-        for _ in range(args.rounds):
-            results.append(("invoices?limit=100", await load(client, invoices, auth, **kw)))
-            results.append(("/healthz", await load(client, "/healthz", {}, **kw)))
-    return results
+        return await interleaved(client, [("invoices?limit=100", invoices, auth)] * args.rounds, args)
 
 
 def main() -> None:
@@ -100,22 +94,7 @@ def main() -> None:
         print(f"load: {args.requests} requests per phase, {args.concurrency} concurrent, cap {args.time_cap:.0f} s, "
               f"1 uvicorn worker, loopback {base}; {args.tenants} tenants, month {args.month}")
         results = asyncio.run(run_load(base, token, args))
-        print(f"\n{'phase':22} {'n':>5} {'err':>4} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>7} {'p99/healthz':>12}")
-        errors, ratios = 0, []
-        for i, (label, r) in enumerate(results):
-            errors += r["errors"]
-            ratio = ""
-            if label != "/healthz":
-                around = (results[i - 1][1]["p99"] + results[i + 1][1]["p99"]) / 2
-                ratios.append(r["p99"] / around)
-                ratio = f"{ratios[-1]:.2f}x"
-            print(f"{label:22} {r['n']:>5} {r['errors']:>4} {r['p50']:>8.1f} {r['p99']:>8.1f} {r['rps']:>7.1f} "
-                  f"{ratio:>12}" + (f"  {r['kinds']}" if r["kinds"] else ""))
-        best_healthz = min(r["p99"] for label, r in results if label == "/healthz")
-        worst = max(r["p99"] for label, r in results if label != "/healthz")
-        print(f"\nworst invoice p99 / neighbouring healthz p99: {max(ratios):.2f}x (goal <= 3x); "
-              f"vs best healthz phase: {worst / best_healthz:.2f}x")
-        print(f"errors: {errors} (goal 0); load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        report(results, goal=3)
     finally:
         stack.close()
         drop_database(url)

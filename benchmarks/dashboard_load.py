@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import time
@@ -166,6 +167,37 @@ async def load(client: httpx.AsyncClient, path: str, headers: dict, *, requests:
             "p99": latencies[max(0, int(len(latencies) * 0.99) - 1)], "rps": len(latencies) / wall}
 
 
+async def interleaved(client: httpx.AsyncClient, phases: list[tuple[str, str, dict]], args) -> list[tuple[str, dict]]:
+    """Each phase between two /healthz phases: a route is compared with the healthz runs right before and
+    after it, so a neighbour's load on this shared machine hits both sides alike."""
+    kw = {"requests": args.requests, "concurrency": args.concurrency, "time_cap": args.time_cap}
+    results = [("/healthz", await load(client, "/healthz", {}, **kw))]
+    for label, path, headers in phases:
+        results.append((label, await load(client, path, headers, **kw)))
+        results.append(("/healthz", await load(client, "/healthz", {}, **kw)))
+    return results
+
+
+def report(results: list[tuple[str, dict]], *, goal: float) -> None:
+    """Print each phase and the worst p99 relative to its neighbouring /healthz phases."""
+    width = max(len(label) for label, _ in results) + 2
+    print(f"\n{'phase':{width}} {'n':>5} {'err':>4} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>7} {'p99/healthz':>12}")
+    errors, ratios = 0, []
+    for i, (label, r) in enumerate(results):
+        errors += r["errors"]
+        ratio = ""
+        if label != "/healthz":
+            ratios.append(r["p99"] / ((results[i - 1][1]["p99"] + results[i + 1][1]["p99"]) / 2))
+            ratio = f"{ratios[-1]:.2f}x"
+        print(f"{label:{width}} {r['n']:>5} {r['errors']:>4} {r['p50']:>8.1f} {r['p99']:>8.1f} {r['rps']:>7.1f} "
+              f"{ratio:>12}" + (f"  {r['kinds']}" if r["kinds"] else ""))
+    best = min(r["p99"] for label, r in results if label == "/healthz")
+    worst = max(r["p99"] for label, r in results if label != "/healthz")
+    print(f"\nworst p99 / mean p99 of the neighbouring healthz phases = {max(ratios):.2f}x (goal <= {goal:g}x); "
+          f"against the best healthz phase ({best:.0f} ms): {worst / best:.2f}x; errors = {errors} (goal 0); "
+          f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+
 async def run_load(base: str, cookie: str, args, start: str, end: str) -> list[tuple[str, dict]]:
     # The client drops a connection idle for 2 s: uvicorn closes idle ones after 5 s, and a request sent on a
     # connection the server is closing at that moment fails with ReadError (the keep-alive race), which is
@@ -179,14 +211,7 @@ async def run_load(base: str, cookie: str, args, start: str, end: str) -> list[t
             r = await client.get(path, headers=headers)
             if r.status_code != 200:
                 raise SystemExit(f"{label} {path}: HTTP {r.status_code}")
-        kw = {"requests": args.requests, "concurrency": args.concurrency, "time_cap": args.time_cap}
-        # /healthz runs between every two dashboard routes: each route is compared with the healthz phases
-        # right before and after it, so a neighbour's load on this shared machine hits both sides alike.
-        results = [("/healthz", await load(client, "/healthz", {}, **kw))]
-        for label, path, headers in routes:
-            results.append((label, await load(client, path, headers, **kw)))
-            results.append(("/healthz", await load(client, "/healthz", {}, **kw)))
-    return results
+        return await interleaved(client, routes, args)
 
 
 def main() -> None:
@@ -230,23 +255,7 @@ def main() -> None:
         print(f"load: {args.requests} requests per route, {args.concurrency} concurrent, cap {args.time_cap:.0f} s, "
               f"{args.workers} uvicorn worker(s), loopback {base}")
         results = asyncio.run(run_load(base, cookie, args, start, end))
-        print(f"\n{'route':30} {'n':>5} {'err':>4} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>7} {'p99/healthz':>12}")
-        errors = 0
-        ratios = []
-        for i, (label, r) in enumerate(results):
-            errors += r["errors"]
-            ratio = ""
-            if label != "/healthz":
-                neighbours = (results[i - 1][1]["p99"] + results[i + 1][1]["p99"]) / 2
-                ratios.append(r["p99"] / neighbours)
-                ratio = f"{ratios[-1]:>11.2f}x"
-            print(f"{label:30} {r['n']:>5} {r['errors']:>4} {r['p50']:>8.1f} {r['p99']:>8.1f} {r['rps']:>7.1f} {ratio:>12}"
-                  + (f"  {r['kinds']}" if r["kinds"] else ""))
-        health = [r["p99"] for label, r in results if label == "/healthz"]
-        worst = max(r["p99"] for label, r in results if label != "/healthz")
-        print(f"\nworst p99 / mean p99 of the neighbouring healthz phases = {max(ratios):.2f}x (goal <= 5x); "
-              f"against the best healthz phase ({min(health):.0f} ms): {worst / min(health):.2f}x; "
-              f"errors = {errors} (goal 0)")
+        report(results, goal=5)
     finally:
         stack.close()
         if args.keep or args.database_url:
