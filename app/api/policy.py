@@ -22,7 +22,7 @@ from app.policy import changes, changes_preview, releases
 from app.policy.models import PolicyVersion
 from app.policy.review_models import ChangeRequest, Release
 from app.policy.service import active_version, get_version, latest_version, list_versions, load_document
-from app.policy.validation import check_document
+from app.policy.parsing import check_document
 
 router = APIRouter(prefix="/policy", tags=["policy"])
 

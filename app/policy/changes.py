@@ -25,7 +25,7 @@ from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
 from app.policy.review_models import ChangeApproval, ChangeComment, ChangeRequest, ChangeState
 from app.policy.service import dump_yaml, get_version, latest_version, load_document
-from app.policy.validation import check_document, pydantic_errors
+from app.policy.parsing import check_document, pydantic_errors
 
 MAX_DOCUMENT_CHARS = 1_000_000
 MAX_TITLE_CHARS = 200

@@ -42,7 +42,7 @@ def import_(
     from app.core.db import unit_of_work
     from app.core.timeutil import parse_iso
     from app.policy.service import import_version
-    from app.policy.validation import parse_document
+    from app.policy.parsing import parse_document
 
     when = None
     if effective_from:
@@ -88,7 +88,7 @@ def show(
 @app.command("validate")
 def validate_(file: Path = typer.Argument(..., help="policy document, YAML or JSON")) -> None:
     """Check FILE: print every error and warning with its path; exit 1 on errors."""
-    from app.policy.validation import check_document
+    from app.policy.parsing import check_document
 
     _, problems = check_document(_read(file))
     _print_problems(problems)

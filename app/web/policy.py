@@ -20,7 +20,7 @@ from app.policy import changes, changes_preview, releases
 from app.policy.models import PolicyVersion
 from app.policy.review_models import ChangeState, ReleaseChange, ReleaseState
 from app.policy.service import active_version, dump_yaml, get_version, latest_version, list_versions, load_document
-from app.policy.validation import check_document
+from app.policy.parsing import check_document
 from app.web.templating import render
 
 router = APIRouter(prefix="/policy", include_in_schema=False)

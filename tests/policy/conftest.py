@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.policy.document import PolicyDocument
-from app.policy.validation import parse_document
+from app.policy.parsing import parse_document
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "policy.yaml"
 

@@ -14,7 +14,7 @@ from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
 from app.policy.review_models import ChangeRequest
 from app.policy.service import dump_yaml, import_version, load_document
-from app.policy.validation import parse_document
+from app.policy.parsing import parse_document
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "policy.yaml"
 SEED_FROM = datetime(2026, 1, 1, tzinfo=UTC)

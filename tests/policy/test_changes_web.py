@@ -144,7 +144,7 @@ async def test_releases_board_gate(browser, v1, fresh_engine):
 
 async def test_broken_draft_page_and_rebase_conflicts_page(browser, v1, fresh_engine):
     from app.policy.service import import_version
-    from app.policy.validation import parse_document
+    from app.policy.parsing import parse_document
     from tests.policy.review_builders import set_p99
 
     olga, csrf = await browser("olga", "operator")

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from app.core.errors import Invalid
 from app.policy.service import document_sha256, dump_yaml
-from app.policy.validation import check_document, parse_document
+from app.policy.parsing import check_document, parse_document
 
 
 def invalid(text: str) -> list[tuple[str, str]]:

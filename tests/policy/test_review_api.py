@@ -187,7 +187,7 @@ async def test_release_gate_artifacts_rollback_and_audit(client, auth, v1):
 
 async def test_rebase_via_api(client, auth, v1, fresh_engine):
     from app.policy.service import import_version
-    from app.policy.validation import parse_document
+    from app.policy.parsing import parse_document
 
     clean = await submitted(client, auth, v1)
     conflicting = await submitted(client, auth, v1, edit=set_p99(200))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 
 import pytest
 

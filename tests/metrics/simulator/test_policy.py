@@ -6,7 +6,8 @@ import pytest
 
 from app.metrics.simulator import Simulator
 from app.metrics.simulator.cluster import build_topology
-from app.policy.validation import parse_document, validate
+from app.policy.validation import validate
+from app.policy.parsing import parse_document
 
 
 def errors(policy):
