@@ -2,44 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import httpx
 import pytest
-from fastapi import FastAPI
 from sqlmodel import Session, select
 
 from app.core.db import unit_of_work
-from app.core.deps import get_session
 from app.core.timeutil import floor_hour, utcnow
-from app.main import create_app
 from app.policy.models import PolicyVersion
 from app.policy.review_models import ChangeRequest, ChangeState, Release, ReleaseState
 from tests.auth.fixtures import BASE_URL, anyio_backend, make_user, page_csrf, sign_in  # noqa: F401
-from tests.policy.review_builders import edited, seed, set_quota
+from tests.policy.review_builders import edited, set_quota
 
 pytestmark = pytest.mark.anyio
 SOON = (floor_hour(utcnow()) + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M")
-
-
-@pytest.fixture
-def app(fresh_engine) -> Iterator[FastAPI]:
-    application = create_app()
-
-    def _session() -> Iterator[Session]:
-        with unit_of_work(fresh_engine) as session:
-            yield session
-
-    application.dependency_overrides[get_session] = _session
-    yield application
-    application.dependency_overrides.clear()
-
-
-@pytest.fixture
-def v1(fresh_engine):
-    with unit_of_work(fresh_engine) as session:
-        return seed(session)
 
 
 @pytest.fixture

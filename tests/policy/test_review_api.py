@@ -6,21 +6,18 @@ import io
 import zipfile
 from datetime import timedelta
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlmodel import Session
 
 from app.auth import service
 from app.core.db import unit_of_work
-from app.core.deps import get_session
 from app.core.timeutil import floor_hour, utcnow
-from app.main import create_app
 from app.policy.review_models import ChangeState
 from tests.auth.fixtures import BASE_URL, anyio_backend, make_user  # noqa: F401
-from tests.policy.review_builders import edited, seed, set_p99, set_quota
+from tests.policy.review_builders import edited, set_p99, set_quota
 
 pytestmark = pytest.mark.anyio
 API = "/api/v1/policy"
@@ -30,30 +27,10 @@ PEOPLE = {"olga": "operator", "otto": "operator", "rita": "reviewer", "ravi": "r
 
 
 @pytest.fixture
-def app(fresh_engine) -> Iterator[FastAPI]:
-    """The real app on a database of its own, committing per request as in production."""
-    application = create_app()
-
-    def _session() -> Iterator[Session]:
-        with unit_of_work(fresh_engine) as session:
-            yield session
-
-    application.dependency_overrides[get_session] = _session
-    yield application
-    application.dependency_overrides.clear()
-
-
-@pytest.fixture
 async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
         yield c
-
-
-@pytest.fixture
-def v1(fresh_engine):
-    with unit_of_work(fresh_engine) as session:
-        return seed(session)
 
 
 @pytest.fixture
