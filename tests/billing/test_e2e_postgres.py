@@ -44,11 +44,8 @@ def sim() -> Simulator:
 
 @pytest.fixture(scope="module")
 def prometheus(sim, tmp_path_factory):
-    root = tmp_path_factory.mktemp("prom-e2e")
-    sim.write_openmetrics(root / "history.om", START, START + timedelta(hours=HOURS))
-    server = PrometheusServer.backfilled(root, root / "history.om")
-    (root / "history.om").unlink()
-    with server:
+    with PrometheusServer.from_simulator(tmp_path_factory.mktemp("prom-e2e"), sim, START,
+                                         START + timedelta(hours=HOURS)) as server:
         yield server
 
 

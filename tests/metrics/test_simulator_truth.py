@@ -27,11 +27,8 @@ def sim() -> Simulator:
 
 @pytest.fixture(scope="module")
 def sim_prometheus(sim, tmp_path_factory):
-    root = tmp_path_factory.mktemp("prom-sim")
-    sim.write_openmetrics(root / "history.om", START, START + timedelta(hours=PROM_HOURS))
-    server = PrometheusServer.backfilled(root, root / "history.om")
-    (root / "history.om").unlink()
-    with server:
+    with PrometheusServer.from_simulator(tmp_path_factory.mktemp("prom-sim"), sim, START,
+                                         START + timedelta(hours=PROM_HOURS)) as server:
         yield server
 
 

@@ -84,6 +84,15 @@ class PrometheusServer:
         server.backfill(text)
         return server
 
+    @classmethod
+    def from_simulator(cls, root: Path, sim, start, end, **kwargs) -> "PrometheusServer":
+        """A server holding the simulator's history for [start, end) (the OpenMetrics file is removed); not yet started."""
+        history = root / "history.om"
+        sim.write_openmetrics(history, start, end)
+        server = cls.backfilled(root, history, **kwargs)
+        history.unlink()
+        return server
+
     def backfill(self, text: str | Path) -> None:
         """Write blocks from OpenMetrics into the data directory (`promtool tsdb create-blocks-from`)."""
         path = Path(text) if isinstance(text, Path) else self.root / "backfill.om"
