@@ -15,6 +15,7 @@ import yaml
 from app.metrics import doctor
 from app.metrics.doctor_client import PromReader
 from tests.billing.builders import policy_doc
+from tests.billing.test_api import api  # noqa: F401  (fixture)
 from tests.metrics.doctor_fixtures import (
     A100, H100, RTX4090, Unit, dcgm_exposition, scrape_job, scraping, serving, vllm_exposition,
 )
@@ -190,3 +191,33 @@ def test_an_unreachable_url_is_a_finding(tmp_path):
 
     report = doctor.run(PromReader(f"http://127.0.0.1:{free_port()}", timeout_s=5), at=time.time(), policy=None)
     assert [f.code for f in report.findings] == ["could-not-read"] and "cannot reach" in report.findings[0].detail
+
+
+def test_admin_page_shows_the_report_and_only_to_admins(api, fresh_engine, tmp_path):  # noqa: F811
+    from app.auth.deps import Principal
+    from app.core.db import unit_of_work
+    from app.web.doctor import doctor_target
+    from tests.billing.builders import store_policy
+
+    html = {"accept": "text/html"}
+    admin = Principal(name="ada", roles=frozenset({"admin"}), user_id=9)
+    with unit_of_work(fresh_engine) as s:
+        store_policy(s, policy_doc(sla=[{**SLA, "p99_ms": 250}]))
+    api.as_(admin)
+    api.app.dependency_overrides[doctor_target] = lambda: None
+    page = api.get("/admin/doctor", headers=html)
+    assert page.status_code == 200 and "No Prometheus is configured" in page.text
+
+    units = [Unit(0, uuid("p", 0), A100, "gpu-a100-01", "notebook-2", "scratch")]
+    with serving({"/metrics": dcgm_exposition(units), "/vllm": vllm_exposition()}) as target:
+        jobs = [scrape_job("gpu", target, "/metrics", honor_labels=False),
+                scrape_job("vllm", target, "/vllm", honor_labels=False, labels=VLLM_TARGET)]
+        with scraping(tmp_path, jobs, expect=OCC, series=2) as prom:
+            api.app.dependency_overrides[doctor_target] = lambda: prom.url
+            page = api.get("/admin/doctor", headers=html)
+            assert page.status_code == 200, page.text
+            for text in ("would mis-bill", 'id="finding-unclaimed-namespaces"', "scratch (1 units)",
+                         'id="finding-red-line-unresolvable"', "label style: static", 'aria-current="page">Doctor'):
+                assert text in page.text, text
+            api.as_(Principal(name="fiona", roles=frozenset({"finance"}), user_id=1))
+            assert api.get("/admin/doctor", headers=html).status_code == 403
