@@ -112,7 +112,7 @@ def run(reader: PromReader, *, at: float, policy: PolicyDocument | None, lookbac
     _duplicates(report, series)
     _hosts(report, series, hosts, pod_nodes, exporter, policy)
     _namespaces(report, units, policy)
-    _time_slicing(report, reader, at, units, hosts)
+    _time_slicing(report, reader, at, units, hosts, policy)
     _exporter_gaps(report, reader, start, at, series, pod_nodes)
     _services(report, reader, at, policy)
     return report
@@ -295,7 +295,8 @@ def _namespaces(report: Report, units: dict, policy: PolicyDocument | None) -> N
                    "add the namespace to a tenant's `tenants[].namespaces` in the policy")
 
 
-def _time_slicing(report: Report, reader: PromReader, at: float, units: dict, hosts: dict) -> None:
+def _time_slicing(report: Report, reader: PromReader, at: float, units: dict, hosts: dict,
+                  policy: PolicyDocument | None) -> None:
     """GPUs requested beyond the physical ones on a node (kube-state-metrics) mean time-slicing or MPS."""
     try:
         requests = reader.query('sum by (node) (kube_pod_container_resource_requests{resource="nvidia_com_gpu"})', at)
@@ -303,17 +304,19 @@ def _time_slicing(report: Report, reader: PromReader, at: float, units: dict, ho
         return
     sliced = []
     with_vgpu = {k[0] for k in units if k[3]}
+    # nodes the policy marks as time-sliced are split among the pods holding GPUs there
+    marked = {n for pool in (policy.pools if policy else ()) for n in getattr(pool, "time_sliced_nodes", ()) or ()}
     for labels, points in requests:
         node = labels.get("node", "")
-        if node in hosts and points and points[-1][1] > len(hosts[node]) and node not in with_vgpu:
+        if node in hosts and points and points[-1][1] > len(hosts[node]) and node not in with_vgpu | marked:
             sliced.append(node)
     if sliced:
         report.add("time-slicing-without-vgpu", ERROR, "time-sliced GPUs without the `vgpu` label",
                    f"pods request more GPUs than {_names(sliced)} have; the exporter shows one of the sharing pods",
-                   "a shared GPU goes to one arbitrary pod unless the policy marks the node as time-sliced (then it "
-                   "is split among the pods kube-state-metrics shows)",
+                   "a shared GPU's use goes to the one pod its series names",
                    "run dcgm-exporter with --kubernetes-virtual-gpus (env KUBERNETES_VIRTUAL_GPUS=true, chart "
-                   "`arguments`/`extraEnv`) for exact per-replica attribution")
+                   "`arguments`/`extraEnv`) for exact per-replica attribution, or list the node in the policy's "
+                   "`pools[].time_sliced_nodes` to split each GPU among the pods kube-state-metrics shows")
 
 
 def _exporter_gaps(report: Report, reader: PromReader, start: float, at: float, series: list[dict],

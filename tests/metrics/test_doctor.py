@@ -168,6 +168,25 @@ def test_static_scrape_of_an_older_exporter_with_time_slicing(tmp_path):
             assert "no finding would mis-bill" in done.stdout
 
 
+def test_time_slicing_without_vgpu_is_found_through_kube_state_metrics(tmp_path):
+    """Two pods request the node's one GPU (kube-state-metrics), but the exporter names only one of them."""
+    units = [Unit(0, uuid("t", 0), A100, "gpu-a100-01", "train-0", "vision-train")]
+    ksm = "# TYPE kube_pod_container_resource_requests gauge\n" + "".join(
+        f'kube_pod_container_resource_requests{{namespace="{ns}",pod="{pod}",uid="{pod}",container="main",'
+        f'node="gpu-a100-01",resource="nvidia_com_gpu",unit="integer"}} 1\n'
+        for ns, pod in (("vision-train", "train-0"), ("data-prep", "etl-0")))
+    with serving({"/metrics": dcgm_exposition(units), "/ksm": ksm, "/vllm": vllm_exposition()}) as target:
+        jobs = [scrape_job("gpu", target, "/metrics", honor_labels=False),
+                scrape_job("kube-state-metrics", target, "/ksm", honor_labels=True),
+                scrape_job("vllm", target, "/vllm", honor_labels=False, labels=VLLM_TARGET)]
+        with scraping(tmp_path, jobs, expect=OCC, series=2) as prom:
+            policy = policy_doc(sla=[{**SLA, "p99_ms": 300}])
+            report = doctor.run(PromReader(prom.url), at=time.time(), policy=policy, lookback_s=60)
+            finding = by_code(report, "time-slicing-without-vgpu")
+            assert finding.severity == "error" and "gpu-a100-01" in finding.detail
+            assert "--kubernetes-virtual-gpus" in finding.fix and report.failing
+
+
 @pytest.mark.parametrize("answer, reason", [
     ("<html><body>Bad gateway</body></html>", "not a JSON answer"),
     ('{"status": "success", "warnings": ["store gateway 3 unreachable"], "data": {"resultType": "matrix", "result": []}}',
