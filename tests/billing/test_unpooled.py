@@ -19,7 +19,7 @@ from app.core.errors import Conflict, Invalid
 from app.metrics.ingest import ingest_hours
 from app.metrics.simulator import Simulator
 from app.policy.parsing import parse_document
-from tests.billing.builders import add_hour, fill_month, store_policy
+from tests.billing.builders import add_hour, fill_month, policy_doc, store_policy
 from tests.billing.test_api import api, problem  # noqa: F401  (fixture)
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
@@ -155,3 +155,12 @@ def test_cli_close_needs_accept_unpooled_and_a_reason(fresh_engine):
     assert closed.returncode == 0, closed.stderr
     with unit_of_work(fresh_engine) as s:
         assert periods.get_period(session=s, month="2026-10").accept_unpooled_reason == "lab nodes"
+
+
+def test_unpooled_is_not_a_pool_name():
+    from app.policy.validation import validate
+
+    doc = policy_doc(pools=[{"name": "unpooled", "nodes": ["gpu-a100-01"], "reserved_fraction": "0.30",
+                             "reservations": {"search": 1}}], sla=[])
+    errors = [e for e in validate(doc) if e.path == "pools[0].name" and e.severity == "error"]
+    assert errors and "reserved" in errors[0].message
