@@ -80,6 +80,7 @@ def run(reader: PromReader, *, at: float, policy: PolicyDocument | None, lookbac
     """Query the store at `at` and return the report (never raises for a bad answer)."""
     report = Report(url=reader.url, at=at)
     start = at - lookback_s
+    _inventory(report, reader, start, at)
     try:
         occupancy = reader.query(f"{OCCUPANCY_SELECTOR}[{lookback_s}s]", at)
     except ReadError as exc:
@@ -116,6 +117,23 @@ def run(reader: PromReader, *, at: float, policy: PolicyDocument | None, lookbac
     _exporter_gaps(report, reader, start, at, series, pod_nodes)
     _services(report, reader, at, policy)
     return report
+
+
+def _inventory(report: Report, reader: PromReader, start: float, at: float) -> None:
+    """Which dcgm-exporter, vLLM and kube-state-metrics metrics the store holds at all."""
+    try:
+        names = reader.label_values("__name__", ['{__name__=~"DCGM_FI_.*|vllm:.*|kube_pod_info|'
+                                                 'kube_pod_container_resource_requests"}'], start, at)
+    except ReadError:
+        return  # the occupancy query right after reports an unreadable store
+    dcgm = sorted(n for n in names if n.startswith("DCGM_FI_"))
+    vllm = sorted(n for n in names if n.startswith("vllm:"))
+    ksm = sorted(n for n in names if n.startswith("kube_"))
+    report.summary.update(dcgm_metrics=len(dcgm), vllm_metrics=len(vllm))
+    report.add("series-found", INFO, f"{len(dcgm)} dcgm-exporter and {len(vllm)} vLLM metrics",
+               f"DCGM: {_names(dcgm) or 'none'}; vLLM: {_names(vllm) or 'none'}; kube-state-metrics: {_names(ksm) or 'none'}",
+               "occupancy, activity and energy come from the DCGM metrics; dark time and breaches from the serving "
+               "metrics; kube-state-metrics only maps exporter pods to nodes and shows GPUs requested")
 
 
 def _pod_nodes(report: Report, reader: PromReader, series: list[dict], start: float, at: float,

@@ -99,6 +99,8 @@ def test_operator_install_findings(operator_install):
     # the exporter's own labels on free units never count as a workload
     assert report.summary["units_without_pod"] == 2 and report.summary["units"] == 7
     assert {(i["job"], i["interval_s"]) for i in report.intervals} == {("nvidia-dcgm-exporter", 1)}
+    inventory = by_code(report, "series-found")
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in inventory.detail and "vllm:e2e_request_latency_seconds_bucket" in inventory.detail
     assert "duplicate-scrape" not in found, by_code(report, "duplicate-scrape")
     assert report.failing
 
@@ -168,6 +170,22 @@ def test_static_scrape_of_an_older_exporter_with_time_slicing(tmp_path):
             assert "no finding would mis-bill" in done.stdout
 
 
+def test_old_exporter_label_names_are_read(tmp_path):
+    """`--use-old-namespace` exporters print pod_name/pod_namespace/container_name."""
+    page = dcgm_exposition([Unit(0, uuid("o", 0), A100, "gpu-a100-01", "train-0", "vision-train", host_label="Hostname"),
+                            Unit(1, uuid("o", 1), A100, "gpu-a100-01", "notebook-3", "scratch", host_label="Hostname")])
+    page = page.replace('container="', 'container_name="').replace('namespace="', 'pod_namespace="').replace('pod="', 'pod_name="')
+    with serving({"/metrics": page, "/vllm": vllm_exposition()}) as target:
+        jobs = [scrape_job("gpu", target, "/metrics", honor_labels=False),
+                scrape_job("vllm", target, "/vllm", honor_labels=False, labels=VLLM_TARGET)]
+        with scraping(tmp_path, jobs, expect=OCC, series=4) as prom:
+            report = doctor.run(PromReader(prom.url), at=time.time(), policy=policy_doc(sla=[{**SLA, "p99_ms": 300}]),
+                                lookback_s=60)
+            assert report.label_style == "legacy-empty" and "pod_name" in by_code(report, "label-style").bill
+            assert "scratch (1 units)" in by_code(report, "unclaimed-namespaces").detail  # read through the old names
+            assert report.summary["units_without_pod"] == 0
+
+
 def test_time_slicing_without_vgpu_is_found_through_kube_state_metrics(tmp_path):
     """Two pods request the node's one GPU (kube-state-metrics), but the exporter names only one of them."""
     units = [Unit(0, uuid("t", 0), A100, "gpu-a100-01", "train-0", "vision-train")]
@@ -198,7 +216,7 @@ def test_time_slicing_without_vgpu_is_found_through_kube_state_metrics(tmp_path)
 def test_a_bad_answer_is_a_finding_never_a_traceback(tmp_path, answer, reason):
     with serving({"/api/v1/query": answer, "/api/v1/series": answer}) as target:
         report = doctor.run(PromReader(f"http://{target}"), at=time.time(), policy=None)
-        assert report.failing and [f.code for f in report.findings] == ["could-not-read"]
+        assert report.failing and [f.code for f in report.findings] == ["could-not-read"]  # the inventory is skipped
         assert reason in report.findings[0].detail
         done = run_cli(f"http://{target}", write_policy(tmp_path, 300), "--json")
         assert done.returncode == 1 and "Traceback" not in done.stderr
