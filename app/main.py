@@ -16,6 +16,7 @@ from app.auth.sessions import CsrfCookieMiddleware
 from app.core import problems
 from app.web import billing as web_billing
 from app.web import dashboard_overview as web_dashboard_overview
+from app.web import doctor as web_doctor
 from app.web import fleet as web_fleet
 from app.web import overview as web_overview
 from app.web import policy as web_policy
@@ -60,6 +61,7 @@ def create_app() -> FastAPI:
     app.include_router(web_fleet.router)
     app.include_router(web_sla.router)
     app.include_router(web_dashboard_overview.router)
+    app.include_router(web_doctor.router)
     return app
 
 

@@ -43,6 +43,7 @@ def to_json(value: Any) -> Any:
 
 class CloseRequest(BaseModel):
     accept_gaps: bool = False
+    accept_unpooled: bool = False  # close although GPUs on nodes no pool names went unpriced
     reason: str | None = Field(default=None, max_length=2000)
 
 
@@ -169,7 +170,8 @@ def close(
     idempotency: IdempotencyDep,
     body: Annotated[CloseRequest | None, Body()] = None,
 ) -> dict:
-    """Finalize the period (409 when incomplete without accept_gaps, or already finalized).
+    """Finalize the period (409 when incomplete without accept_gaps, with unpooled GPUs without accept_unpooled,
+    or already finalized).
 
     With an `Idempotency-Key` header a retry gets the first answer again instead of a 409.
     """
@@ -177,7 +179,8 @@ def close(
     if replayed is not None:
         return replayed
     body = body or CloseRequest()
-    row = periods.close(session=session, period=period, actor=user.name, accept_gaps=body.accept_gaps, reason=body.reason)
+    row = periods.close(session=session, period=period, actor=user.name, accept_gaps=body.accept_gaps,
+                         accept_unpooled=body.accept_unpooled, reason=body.reason)
     return idempotency.remember(json_response(to_json(periods.period_summary(row))))
 
 

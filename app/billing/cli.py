@@ -87,7 +87,10 @@ def rate_command(period: str = typer.Option(..., "--period", help="YYYY-MM")) ->
 def close_command(
     period: str = typer.Option(..., "--period", help="YYYY-MM"),
     accept_gaps: bool = typer.Option(False, "--accept-gaps", help="finalize even with gap or missing hours"),
-    reason: str = typer.Option(None, "--reason", help="why gaps are accepted (required with --accept-gaps)"),
+    accept_unpooled: bool = typer.Option(
+        False, "--accept-unpooled", help="finalize although GPUs on nodes no policy pool names stay unpriced"
+    ),
+    reason: str = typer.Option(None, "--reason", help="why (required with --accept-gaps or --accept-unpooled)"),
 ) -> None:
     """Finalize PERIOD: re-rate, store lines and export hashes in one transaction."""
     from app.billing import periods
@@ -95,7 +98,10 @@ def close_command(
 
     with _business_errors():
         with unit_of_work() as session:
-            row = periods.close(session=session, period=period, actor=_actor(), accept_gaps=accept_gaps, reason=reason)
+            row = periods.close(
+                session=session, period=period, actor=_actor(), accept_gaps=accept_gaps,
+                accept_unpooled=accept_unpooled, reason=reason,
+            )
             out.print(_lines_table(session, row))
             hashes = {"csv": row.csv_sha256, "focus": row.focus_sha256, "pdf": row.pdf_sha256}
     out.print(f"[green]finalized[/] {period}")

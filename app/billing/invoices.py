@@ -22,6 +22,7 @@ from app.billing.models import (
     PoolCostRecord,
     TenantUsageRecord,
     UnattributedBreachRecord,
+    UnpooledUsageRecord,
 )
 from app.billing.periods import get_period, parse_period, require_started
 from app.billing.types import PLATFORM, LineKind
@@ -42,6 +43,7 @@ class PeriodView:
     usage: list[TenantUsageRecord]
     unattributed: list[UnattributedBreachRecord]
     costs: dict[str, Decimal]
+    unpooled: list[UnpooledUsageRecord]
 
     @property
     def tenants(self) -> list[str]:
@@ -93,7 +95,14 @@ def load_view(*, session: Session, period: BillingPeriod) -> PeriodView:
             .order_by(PoolCostRecord.pool)
         ).all()
     )
-    return PeriodView(period=period, lines=lines, usage=usage, unattributed=unattributed, costs=costs)
+    unpooled = list(
+        session.execute(
+            select(UnpooledUsageRecord)
+            .where(UnpooledUsageRecord.period_id == pid)
+            .order_by(UnpooledUsageRecord.tenant, UnpooledUsageRecord.klass)
+        ).scalars()
+    )
+    return PeriodView(period=period, lines=lines, usage=usage, unattributed=unattributed, costs=costs, unpooled=unpooled)
 
 
 def line_dict(line: ChargeLineRecord) -> dict:
@@ -228,6 +237,13 @@ def platform_statement(view: PeriodView) -> dict:
         "gap_hours": json.loads(view.period.gap_hours),
         "missing_hours": json.loads(view.period.missing_hours),
         "accept_gaps_reason": view.period.accept_gaps_reason,
+        "unpooled": {
+            "hours": view.period.unpooled_hours, "max_gpus": view.period.unpooled_gpus,
+            "capacity_gpu_hours": Decimal(view.period.unpooled_gpu_hours).quantize(HOURS),
+            "used_gpu_hours": sum((Decimal(u.gpu_hours) for u in view.unpooled), ZERO).quantize(HOURS),
+            "usage": [{"tenant": u.tenant, "class": u.klass, "gpu_hours": u.gpu_hours} for u in view.unpooled],
+            "accept_reason": view.period.accept_unpooled_reason,
+        },
         "unattributed_breaches": breaches,
         "unattributed_penalty_total": sum((b.penalty for b in view.unattributed), ZERO),
         "platform_lines": [line_dict(l) for l in view.lines if l.account == PLATFORM],

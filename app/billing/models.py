@@ -42,6 +42,11 @@ class BillingPeriod(SQLModel, table=True):
     finalized_at: datetime | None = None
     finalized_by: str | None = None
     accept_gaps_reason: str | None = None
+    accept_unpooled_reason: str | None = None  # why GPUs on nodes no pool names were left unpriced
+    # GPUs on nodes no pool names, as seen by the last rating run: pool-hours, most GPUs in an hour, capacity
+    unpooled_hours: int = 0
+    unpooled_gpus: int = 0
+    unpooled_gpu_hours: Decimal = Field(default=Decimal(0), sa_column=Column(QUANTITY, nullable=False, server_default="0"))
     hours_expected: int = 0
     hours_ok: int = 0
     # JSON lists of ISO hours, as seen by the last rating run (kept so a finalized statement never moves)
@@ -97,6 +102,18 @@ class TenantUsageRecord(SQLModel, table=True):
     busy_gpu_hours: Decimal = Field(sa_column=Column(QUANTITY, nullable=False))
     dark_gpu_hours: Decimal = Field(sa_column=Column(QUANTITY, nullable=False))
     efficiency: float | None = None
+
+
+class UnpooledUsageRecord(SQLModel, table=True):
+    """GPU-hours a tenant used on nodes no pool names: shown on the statement, never priced."""
+
+    __tablename__ = "unpooled_usage"
+
+    id: int | None = Field(default=None, primary_key=True)
+    period_id: int = Field(foreign_key="billing_period.id", index=True, ondelete="CASCADE")
+    tenant: str
+    klass: str
+    gpu_hours: Decimal = Field(sa_column=Column(QUANTITY, nullable=False))
 
 
 class UnattributedBreachRecord(SQLModel, table=True):

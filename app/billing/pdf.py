@@ -129,6 +129,16 @@ def render_pdf(view: PeriodView) -> bytes:
     doc.line_text(f"Gap hours: {len(statement['gap_hours'])}    Hours not ingested: {len(statement['missing_hours'])}")
     if statement["accept_gaps_reason"]:
         doc.line_text(f"Gaps accepted: {statement['accept_gaps_reason']}")
+    unpooled = statement["unpooled"]
+    if unpooled["hours"]:  # only when present, so pooled-only statements keep their bytes
+        doc.line_text(
+            f"Unpooled GPUs (nodes no pool names, unpriced): up to {unpooled['max_gpus']} GPUs, "
+            f"{unpooled['capacity_gpu_hours']:.2f} GPU-hours capacity, {unpooled['used_gpu_hours']:.2f} used"
+        )
+        for u in unpooled["usage"]:
+            doc.line_text(f"  {u['tenant']} ({u['class']}): {u['gpu_hours']:.2f} GPU-hours, unpriced")
+        if unpooled["accept_reason"]:
+            doc.line_text(f"Unpooled accepted: {unpooled['accept_reason']}")
     for hour in statement["gap_hours"][:48]:
         doc.line_text(f"  gap hour {hour}")
     doc.line_text(

@@ -25,13 +25,14 @@ from app.billing.models import (
     PoolCostRecord,
     TenantUsageRecord,
     UnattributedBreachRecord,
+    UnpooledUsageRecord,
 )
 from app.billing.types import PLATFORM, ChargeLine, RatingResult
 from app.core.audit import record
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
 from app.core.settings import get_settings
 from app.core.timeutil import from_epoch, hours_between, utcnow
-from app.metrics.models import IngestHour
+from app.metrics.models import IngestHour, PoolHourRollup, UsageRollup
 
 CENT = Decimal("0.01")
 _PERIOD = re.compile(r"^(\d{4})-(\d{2})$")
@@ -160,7 +161,8 @@ def rate(*, session: Session, period: str, actor: str) -> BillingPeriod:
 
 
 def close(
-    *, session: Session, period: str, actor: str, accept_gaps: bool = False, reason: str | None = None
+    *, session: Session, period: str, actor: str, accept_gaps: bool = False, accept_unpooled: bool = False,
+    reason: str | None = None,
 ) -> BillingPeriod:
     """Finalize the period in one transaction: re-rate, store lines and export hashes, audit."""
     from app.billing import exports
@@ -170,6 +172,8 @@ def close(
     reason = (reason or "").strip() or None
     if accept_gaps and not reason:
         raise Invalid("Accepting gaps needs a reason", [FieldError("reason", "required with accept_gaps")])
+    if accept_unpooled and not reason:
+        raise Invalid("Accepting unpooled GPUs needs a reason", [FieldError("reason", "required with accept_unpooled")])
     _write_lock_first(session)
     row = _get_or_create(session, p)
     if row.status == PeriodStatus.FINALIZED:
@@ -177,10 +181,14 @@ def close(
     hours = hour_status(session=session, period=p)
     if not hours.complete and not accept_gaps:
         raise Conflict(_incomplete_message(p, hours))
+    unpooled = unpooled_status(session=session, period=p)
+    if unpooled.hours and not accept_unpooled:
+        raise Conflict(_unpooled_message(p, unpooled))
     before = {"status": row.status, "revision": row.revision}
     _claim(
         session, row, status=PeriodStatus.FINALIZED, finalized_at=utcnow(), finalized_by=actor,
         accept_gaps_reason=reason if not hours.complete else None,
+        accept_unpooled_reason=reason if unpooled.hours else None,
     )
     total = _rate_into(session, row, p, actor)
     hashes = exports.hashes(session=session, period=row)
@@ -192,7 +200,9 @@ def close(
         before=before,
         after={
             "status": row.status, "revision": row.revision, "total": str(total), "gap_hours": len(hours.gaps),
-            "missing_hours": len(hours.missing), "accept_gaps_reason": row.accept_gaps_reason, **hashes,
+            "missing_hours": len(hours.missing), "accept_gaps_reason": row.accept_gaps_reason,
+            "unpooled_gpu_hours": str(row.unpooled_gpu_hours), "accept_unpooled_reason": row.accept_unpooled_reason,
+            **hashes,
         },
     )
     return row
@@ -214,6 +224,42 @@ def _incomplete_message(p: Period, hours: HourStatus) -> str:
     )
 
 
+@dataclass(frozen=True)
+class UnpooledStatus:
+    hours: int  # hours with GPUs on nodes no pool names
+    max_gpus: int
+    capacity_gpu_hours: Decimal
+    used_gpu_hours: Decimal
+
+
+def unpooled_status(*, session: Session, period: Period) -> UnpooledStatus:
+    """GPUs the stored rollups put in `unpooled` (nodes the policy does not know) during the period."""
+    from app.metrics.attribution import UNPOOLED
+
+    in_period = (PoolHourRollup.pool == UNPOOLED, PoolHourRollup.hour >= period.start, PoolHourRollup.hour < period.end,
+                 PoolHourRollup.gpus > 0)
+    hours, gpus, capacity = session.execute(
+        select(func.count(), func.max(PoolHourRollup.gpus), func.sum(PoolHourRollup.capacity_gpu_seconds)).where(*in_period)
+    ).one()
+    used = session.execute(
+        select(func.sum(UsageRollup.gpu_seconds)).where(
+            UsageRollup.pool == UNPOOLED, UsageRollup.hour >= period.start, UsageRollup.hour < period.end
+        )
+    ).scalar_one()
+    to_hours = lambda gs: (Decimal(gs or 0) / 3600).quantize(Decimal("0.000001"))  # noqa: E731
+    return UnpooledStatus(hours=hours, max_gpus=gpus or 0, capacity_gpu_hours=to_hours(capacity), used_gpu_hours=to_hours(used))
+
+
+def _unpooled_message(p: Period, unpooled: UnpooledStatus) -> str:
+    return (
+        f"Billing period {p.month} has GPUs on nodes no policy pool names ({unpooled.max_gpus} GPU(s) in "
+        f"{unpooled.hours} hour(s): {unpooled.capacity_gpu_hours} GPU-hours of capacity, "
+        f"{unpooled.used_gpu_hours} used, none of it priced). "
+        "Assign the nodes to a pool in the policy and re-ingest those hours, or close with accept_unpooled "
+        "and a reason (CLI: --accept-unpooled --reason \"...\")."
+    )
+
+
 def _rating_result(session: Session, p: Period, docs: DocumentCache) -> RatingResult:
     """Rate the stored hours; a GPU model without a price raises MissingPrice (422, model and hours named)."""
     from app.billing.rating import rate_period
@@ -229,7 +275,7 @@ def _rate_into(session: Session, row: BillingPeriod, p: Period, actor: str) -> D
     docs = DocumentCache(session)
     result = _rating_result(session, p, docs)
     hours = hour_status(session=session, period=p)
-    for table in (TenantUsageRecord, UnattributedBreachRecord, PoolCostRecord):
+    for table in (TenantUsageRecord, UnattributedBreachRecord, PoolCostRecord, UnpooledUsageRecord):
         session.execute(delete(table).where(table.period_id == row.id))
     session.execute(
         delete(ChargeLineRecord).where(ChargeLineRecord.period_id == row.id, ChargeLineRecord.source == LineSource.RATING)
@@ -259,7 +305,15 @@ def _rate_into(session: Session, row: BillingPeriod, p: Period, actor: str) -> D
     costs = [{"period_id": row.id, "pool": pool, "cost": cost} for pool, cost in sorted(result.cost_by_pool.items())]
     if costs:
         session.execute(insert(PoolCostRecord), costs)
+    unpooled = [
+        {"period_id": row.id, "tenant": u.tenant, "klass": u.klass, "gpu_hours": u.gpu_hours}
+        for u in result.unpooled.usage
+    ]
+    if unpooled:
+        session.execute(insert(UnpooledUsageRecord), unpooled)
     row = session.get(BillingPeriod, row.id)
+    row.unpooled_hours, row.unpooled_gpus = result.unpooled.hours, result.unpooled.max_gpus
+    row.unpooled_gpu_hours = result.unpooled.capacity_gpu_hours
     row.currency = result.currency
     row.rated_at = utcnow()
     row.rated_by = actor
@@ -400,7 +454,8 @@ def period_summary(row: BillingPeriod) -> dict:
         "period": row.month, "status": row.status, "starts_at": row.starts_at, "ends_at": row.ends_at,
         "revision": row.revision, "rated_at": row.rated_at, "rated_by": row.rated_by,
         "finalized_at": row.finalized_at, "finalized_by": row.finalized_by,
-        "accept_gaps_reason": row.accept_gaps_reason, "hours_expected": row.hours_expected,
+        "accept_gaps_reason": row.accept_gaps_reason, "accept_unpooled_reason": row.accept_unpooled_reason,
+        "unpooled_gpu_hours": row.unpooled_gpu_hours, "hours_expected": row.hours_expected,
         "hours_ok": row.hours_ok, "gap_hours": len(json.loads(row.gap_hours)),
         "missing_hours": len(json.loads(row.missing_hours)),
         "hashes": {"csv": row.csv_sha256, "focus": row.focus_sha256, "pdf": row.pdf_sha256},

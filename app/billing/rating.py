@@ -25,8 +25,11 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Context, Decimal, Inexact, InvalidOperation, localcontext
 
 from app.billing.pricing import MissingPrice, PriceSheet, cents
-from app.billing.types import PLATFORM, ChargeLine, LineKind, RatingHour, RatingResult, TenantUsage, UnattributedBreach
+from app.billing.types import (
+    PLATFORM, ChargeLine, LineKind, RatingHour, RatingResult, TenantUsage, UnattributedBreach, Unpooled, UnpooledUse,
+)
 from app.core.errors import FieldError, Invalid
+from app.metrics.attribution import UNPOOLED
 from app.policy.document import UNALLOCATED, PolicyDocument, Pricing
 
 __all__ = ["CurrencyMismatch", "MissingPrice", "RatingInputError", "rate_period"]
@@ -165,6 +168,9 @@ class _Rater:
         self.covers: dict[tuple[int, str, Decimal], dict[str, Decimal]] = {}  # (version, pool, S) -> tenant -> cover
         self.missing: dict[str, list[int]] = {}
         self.missing_versions: dict[str, set[int]] = {}
+        # nodes no pool names: [pool-hours, max GPUs, capacity GPU-s], and (tenant, klass) -> micro-GPU-s
+        self.unpooled = [0, 0, ZERO]
+        self.unpooled_use: dict[tuple[str, str], int] = {}
 
     def _version(self, h: RatingHour) -> _Version:
         v = self.versions.get(h.policy_version)
@@ -195,6 +201,9 @@ class _Rater:
         if h.gpus == 0:
             return
         v = self._version(h)
+        if pool == UNPOOLED and pool not in v.reserved_fraction:
+            self._unpooled(h, where)
+            return
         if pool not in v.reserved_fraction:
             raise RatingInputError(f"{where}.pool", f"pool {pool!r} is not in policy version {v.number}")
         capacity = h.capacity_gpu_seconds
@@ -298,6 +307,19 @@ class _Rater:
                 else:
                     a[1] += gs * rate
         return _seconds(used), _seconds(dark_used), {t: _seconds(gs) for t, gs in inference.items()}
+
+    def _unpooled(self, h: RatingHour, where: str) -> None:
+        """GPUs on nodes the policy does not know: count capacity and use, price nothing, never refuse."""
+        acc = self.unpooled
+        acc[0] += 1
+        acc[1] = max(acc[1], h.gpus)
+        acc[2] += h.capacity_gpu_seconds
+        for usage in (self._micro(h, where), h.micro_usage) if h.usage else (h.micro_usage,):
+            for row in usage:
+                r_hour, r_pool, tenant, klass, _dark, gs = row[:6]
+                if r_pool != h.pool or r_hour != h.hour or gs < 0 or klass not in _CLASSES:
+                    self._bad_row(where, h, row)
+                self.unpooled_use[(tenant, klass)] = self.unpooled_use.get((tenant, klass), 0) + gs
 
     @staticmethod
     def _micro(h: RatingHour, where: str) -> list[tuple]:
@@ -417,4 +439,13 @@ class _Rater:
             for (tenant, pool, klass), (busy, dark, activity, samples) in sorted(usage.items())
         ]
         unattributed = sorted(self.unattributed, key=lambda u: (u.pool, u.service, u.minute_end))
-        return RatingResult(currency=currency, lines=lines, usage=tenant_usage, unattributed=unattributed, cost_by_pool=cost_by_pool)
+        hours, max_gpus, capacity = self.unpooled
+        unpooled = Unpooled(
+            hours=hours, max_gpus=max_gpus, capacity_gpu_hours=(capacity / SECONDS_PER_HOUR).quantize(QUANTITY),
+            usage=tuple(
+                UnpooledUse(tenant, klass, (_seconds(gs) / SECONDS_PER_HOUR).quantize(QUANTITY))
+                for (tenant, klass), gs in sorted(self.unpooled_use.items())
+            ),
+        )
+        return RatingResult(currency=currency, lines=lines, usage=tenant_usage, unattributed=unattributed,
+                            cost_by_pool=cost_by_pool, unpooled=unpooled)

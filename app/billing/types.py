@@ -98,6 +98,25 @@ class UnattributedBreach:
     penalty: Decimal  # what it would have cost; nobody pays it
 
 
+@dataclass(frozen=True)
+class UnpooledUse:
+    """GPU-hours a tenant used on nodes no pool names: shown, never priced (SPEC section 4)."""
+
+    tenant: str
+    klass: str
+    gpu_hours: Decimal
+
+
+@dataclass(frozen=True)
+class Unpooled:
+    """The period's GPUs on nodes no pool names: capacity and use, unpriced."""
+
+    hours: int = 0  # pool-hours with unpooled GPUs
+    max_gpus: int = 0
+    capacity_gpu_hours: Decimal = Decimal(0)
+    usage: tuple[UnpooledUse, ...] = ()
+
+
 @dataclass
 class RatingResult:
     currency: str
@@ -105,3 +124,4 @@ class RatingResult:
     usage: list[TenantUsage] = field(default_factory=list)
     unattributed: list[UnattributedBreach] = field(default_factory=list)
     cost_by_pool: dict[str, Decimal] = field(default_factory=dict)  # C per pool over the period, rounded
+    unpooled: Unpooled = field(default_factory=Unpooled)

@@ -28,9 +28,8 @@ from app.metrics.types import (
     UsageRow,
 )
 from app.policy import gpus
-from app.policy.document import UNALLOCATED, PolicyDocument
+from app.policy.document import UNALLOCATED, UNPOOLED, PolicyDocument
 
-UNPOOLED = "unpooled"
 HOUR_S = 3600
 MINUTE_S = 60
 CLASSES = ("inference", "training", "preprocessing")

@@ -90,3 +90,82 @@ def worker(
     start = _when(backfill_start, "--backfill-start") if backfill_start else None
     report = run_worker(once=once, poll_seconds=poll_seconds, backfill_start=start, backfill_hours=backfill_hours)
     typer.echo(f"ingested {len(report.ingested)} hours, {len(report.gaps)} gaps, {len(report.skipped)} skipped")
+
+
+@app.command("doctor")
+def doctor(
+    url: str | None = typer.Option(None, "--url", help="Prometheus-compatible query API (default: CHARGEBACK_PROMETHEUS_URL)"),
+    policy_file: str | None = typer.Option(None, "--policy", help="policy YAML to check against (default: the active version)"),
+    at: str | None = typer.Option(None, "--at", help="evaluate at this time, ISO 8601 (default: now)"),
+    lookback_s: int = typer.Option(600, "--lookback", min=60, max=86400, help="seconds of samples to read"),
+    as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+) -> None:
+    """Preflight a live Prometheus: label style, intervals, duplicates, nodes, namespaces, SLA buckets; exit 1 if it would mis-bill."""
+    import json
+
+    from rich.console import Console
+
+    from app.core.settings import get_settings
+    from app.core.timeutil import epoch, utcnow
+    from app.metrics import doctor as doc
+    from app.metrics.doctor_client import PromReader
+
+    settings = get_settings()
+    target = url or settings.prometheus_url
+    if not target:
+        raise typer.BadParameter("no Prometheus to check: pass --url or set CHARGEBACK_PROMETHEUS_URL", param_hint="--url")
+    when = epoch(_when(at, "--at")) if at else epoch(utcnow())
+    policy = _doctor_policy(policy_file)
+    report = doc.run(PromReader(target, timeout_s=settings.prometheus_timeout_s), at=when, policy=policy,
+                     lookback_s=lookback_s)
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+    else:
+        Console(width=max(120, Console().width)).print(doc_table(report))
+    if report.failing:
+        raise typer.Exit(1)
+
+
+def _doctor_policy(path: str | None):
+    """The policy from a file, else the active version, else None (the doctor then skips policy checks)."""
+    from app.core.errors import AppError
+
+    if path:
+        from pathlib import Path
+
+        from app.policy.parsing import parse_document
+
+        try:
+            return parse_document(Path(path).read_text())
+        except OSError as exc:
+            raise typer.BadParameter(f"cannot read {path}: {exc.strerror}", param_hint="--policy") from None
+        except AppError as exc:
+            raise typer.BadParameter(f"{path} is not a valid policy: {exc.detail}", param_hint="--policy") from None
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from app.core.db import get_engine, unit_of_work
+    from app.policy.service import active_version, load_document
+
+    try:
+        with unit_of_work(get_engine()) as session:
+            version = active_version(session=session)
+            return load_document(version) if version else None
+    except SQLAlchemyError:
+        return None  # no database yet: the doctor still checks the exporter side
+
+
+def doc_table(report):
+    """The report as a rich table: severity, finding, what it does to the bill, how to fix it."""
+    from rich.table import Table
+
+    colours = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+    table = Table(title=f"chargeback doctor: {report.url}", show_lines=True, expand=True)
+    for name, ratio in (("severity", 1), ("finding", 4), ("effect on the bill", 4), ("fix", 4)):
+        table.add_column(name, ratio=ratio, overflow="fold")
+    order = {"error": 0, "warning": 1, "info": 2}
+    for f in sorted(report.findings, key=lambda f: order[f.severity]):
+        table.add_row(f"[{colours[f.severity]}]{f.severity}[/]", f"[bold]{f.title}[/]\n{f.detail}", f.bill, f.fix or "-")
+    summary = ", ".join(f"{k}: {v}" for k, v in sorted(report.summary.items()))
+    table.caption = (f"{summary}\n" if summary else "") + (
+        "[bold red]would mis-bill: fix the errors above[/]" if report.failing else "[green]no finding would mis-bill[/]")
+    return table

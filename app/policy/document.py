@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 WorkloadClass = Literal["inference", "training", "preprocessing"]
 UNALLOCATED = "unallocated"
+UNPOOLED = "unpooled"  # the pool of GPUs on nodes no policy pool names: shown, never priced
 
 
 class Strict(BaseModel):

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from app.core.errors import FieldError
 from app.policy import gpus
-from app.policy.document import UNALLOCATED, Pool, PolicyDocument
+from app.policy.document import UNALLOCATED, UNPOOLED, Pool, PolicyDocument
 
 RANK = {"inference": 2, "training": 1, "preprocessing": 0}
 EVICTION_ACTIONS = ("shrink-training-batch", "suspend-training")
@@ -135,6 +135,8 @@ def _pools(doc: PolicyDocument, report: _Report) -> None:
         if pool.name in names:
             report.error(path_of("pools", i, "name"), f"duplicate pool name '{pool.name}' (first at pools[{names[pool.name]}])")
         names.setdefault(pool.name, i)
+        if pool.name == UNPOOLED:
+            report.error(path_of("pools", i, "name"), f"'{UNPOOLED}' is reserved for GPUs on nodes no pool names")
         for k, node in enumerate(pool.nodes):
             if node in node_pool:
                 other = node_pool[node]

@@ -98,7 +98,9 @@ def billing_close(
     session: SessionDep,
     user: Annotated[Principal, FINANCE],
     accept_gaps: Annotated[bool, Form()] = False,
+    accept_unpooled: Annotated[bool, Form()] = False,
     reason: Annotated[str, Form()] = "",
 ) -> Response:
-    row = periods.close(session=session, period=period, actor=user.name, accept_gaps=accept_gaps, reason=reason)
+    row = periods.close(session=session, period=period, actor=user.name, accept_gaps=accept_gaps,
+                         accept_unpooled=accept_unpooled, reason=reason)
     return _back(request, row.month)

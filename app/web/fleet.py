@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from app.auth.deps import Principal, require_roles
 from app.core.deps import SessionDep
+from app.metrics.attribution import UNPOOLED
 from app.policy.changes_preview import capacity_impact
 from app.web import dashboard_queries as dq
 from app.web.dashboard_common import active_document, range_context, resolve
@@ -44,6 +45,7 @@ def fleet(request: Request, session: SessionDep, user: Staff, start: date | None
         "labels": labels,
         "level": _level,
         "pools": pools,
+        "unpooled": UNPOOLED,
         "mig_rows": impact["mig"] if impact else [],
         "memory_rows": impact["memory"] if impact else [],
         "reserve": doc.isolation.inference if doc else None,

@@ -46,6 +46,7 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/admin/tokens"): ADMIN,
     ("POST", "/admin/tokens"): ADMIN,
     ("POST", "/admin/tokens/{token_id}/revoke"): ADMIN,
+    ("GET", "/admin/doctor"): ADMIN,
     # pages (dashboard: tenant members see only their tenants)
     ("GET", "/"): SIGNED_IN,
     ("GET", "/tenants"): SIGNED_IN,

@@ -1,0 +1,38 @@
+"""Admin page: the `chargeback doctor` report for the configured Prometheus (same checks as the CLI)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
+
+from app.auth.deps import Principal, require_roles
+from app.core.deps import SessionDep
+from app.core.settings import get_settings
+from app.core.timeutil import epoch, utcnow
+from app.web.dashboard_common import active_document
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+AdminOnly = Annotated[Principal, require_roles("admin")]
+
+
+def doctor_target() -> str | None:
+    """The Prometheus the portal ingests from; never a URL from the request (no server-side request forgery)."""
+    return get_settings().prometheus_url
+
+
+@router.get("/admin/doctor")
+def doctor_page(request: Request, session: SessionDep, admin: AdminOnly,
+                target: Annotated[str | None, Depends(doctor_target)]) -> Response:
+    from app.metrics import doctor
+    from app.metrics.doctor_client import PromReader
+
+    report = None
+    if target:
+        reader = PromReader(target, timeout_s=get_settings().prometheus_timeout_s)
+        report = doctor.run(reader, at=epoch(utcnow()), policy=active_document(session))
+    order = {"error": 0, "warning": 1, "info": 2}
+    findings = sorted(report.findings, key=lambda f: order[f.severity]) if report else []
+    return render(request, "admin/doctor.html", {"title": "Doctor", "report": report, "findings": findings})
