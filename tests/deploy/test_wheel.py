@@ -110,7 +110,7 @@ def test_worker_once_then_serve_on_postgres(installed, tmp_path):
         env = installed.env(environment="production", secret_key="a-test-only-secret-of-some-length")
         with running_portal(url, command=(installed.chargeback, "serve"), cwd=tmp_path, env=env) as portal:
             metrics = httpx.get(f"{portal.base}/metrics", timeout=30)
-            assert metrics.status_code == 200 and "chargeback_ingest_lag_seconds" in metrics.text
+            assert metrics.status_code == 200 and "chargeback_ingestion_lag_seconds" in metrics.text
             docs = httpx.get(f"{portal.base}/api/v1/docs", timeout=30)
             assert docs.status_code == 200
             assert httpx.get(f"{portal.base}/login", timeout=30).status_code == 200
