@@ -122,3 +122,17 @@ def test_dockerignore_keeps_local_state_out_but_not_the_sources():
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")}
     assert {".git", ".venv", "var"} <= ignored
     assert not ignored & {"app", "templates", "static", "migrations", "alembic.ini", "setup.py", "pyproject.toml"}
+
+
+def test_readme_deploying_commands_are_real():
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Deploying", 1)[1].split("\n## ", 1)[0].replace("\\\n", " ")
+    lines = [line.strip() for line in section.splitlines() if line.startswith("    ")]
+    commands = []
+    for line in lines:
+        words = shlex.split(line, comments=True)
+        if "chargeback" in words and words[0] in {"chargeback", "docker"}:
+            commands.append(words[words.index("chargeback"):])
+    assert len(commands) >= 6
+    for argv in commands:
+        check_command([w for w in argv if w != "&"])
