@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
@@ -23,6 +25,14 @@ SECRETS = {"CHARGEBACK_SECRET_KEY": "k" * 64, "POSTGRES_PASSWORD": "0123abcd" * 
 
 def _port_option(command: list[str]) -> int:
     return int(command[command.index("--port") + 1])
+
+
+def test_compose_file_follows_the_compose_spec_schema():
+    schema = json.loads((Path(__file__).parent / "schemas" / "compose-spec.json").read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    assert not [e.message for e in validator.iter_errors(COMPOSE)]
+    broken = {**COMPOSE, "services": {**SERVICES, "app": {**SERVICES["app"], "depends_on": {"migrate": {"condition": "done"}}}}}
+    assert list(validator.iter_errors(broken))
 
 
 def test_every_service_runs_a_real_cli_command():

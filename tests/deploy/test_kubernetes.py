@@ -23,7 +23,7 @@ pytestmark = pytest.mark.deploy
 KUBE = ROOT / "deploy" / "kubernetes"
 BASE, OVERLAY = KUBE / "base", KUBE / "overlays" / "example"
 KUBERNETES_VERSION = "1.31.0"  # schemas kubernetes-validate ships; any recent cluster accepts these objects
-CRDS = Path(__file__).parent / "crds"
+CRDS = Path(__file__).parent / "schemas"
 MONITORING = "monitoring.coreos.com/v1"
 SECRET = "chargeback-secrets"
 
