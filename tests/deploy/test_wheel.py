@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import zipfile
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -16,16 +16,17 @@ from sqlalchemy import text
 
 from app.core.db import make_engine
 from app.core.migrate import alembic_config
-from app.core.timeutil import floor_hour, utcnow
 from app.metrics.simulator import Simulator
 from tests.deploy.conftest import ROOT
 from tests.support.databases import drop_postgres_database, new_postgres_database
+from tests.support.prometheus import PrometheusServer
 from tests.support.server import running_portal
 
 pytestmark = pytest.mark.deploy
 
 BUNDLED = ("templates", "static", "migrations")
 PASSWORD = "wheel-demo-password-1"
+PAST = datetime(2026, 11, 2, tzinfo=UTC)  # a window of simulated history, backfilled into Prometheus
 
 
 def _head() -> str:
@@ -96,14 +97,26 @@ def test_demo_serves_pages_static_files_and_a_pdf(installed, tmp_path):
     assert rated[0]["period"] in words.stdout
 
 
-def test_worker_once_then_serve_on_postgres(installed, tmp_path):
+def test_ingest_from_prometheus_worker_once_then_serve_on_postgres(installed, tmp_path):
+    """What the compose stack's migrate, worker and app do: PostgreSQL, a real Prometheus, then serve."""
     url = new_postgres_database()
+    sim = Simulator(seed=42, gpus=32)
     try:
         installed.run("db", "upgrade", cwd=tmp_path, database_url=url)
-        start = floor_hour(utcnow()) - timedelta(hours=4)
         policy = tmp_path / "policy.yaml"
-        policy.write_text(yaml.safe_dump(Simulator(seed=42, gpus=32).policy().model_dump(mode="json"), sort_keys=False))
-        installed.run("policy", "import", str(policy), "--effective-from", start.isoformat(), cwd=tmp_path, database_url=url)
+        policy.write_text(yaml.safe_dump(sim.policy().model_dump(mode="json"), sort_keys=False))
+        installed.run("policy", "import", str(policy), "--effective-from", (PAST - timedelta(days=1)).isoformat(),
+                      cwd=tmp_path, database_url=url)
+        (tmp_path / "prometheus").mkdir()
+        with PrometheusServer.from_simulator(tmp_path / "prometheus", sim, PAST, PAST + timedelta(hours=2)) as prom:
+            # Exit code 0: every hour ingested from Prometheus, none left as a gap.
+            installed.run("ingest", "--start", PAST.isoformat(), "--end", (PAST + timedelta(hours=2)).isoformat(),
+                          cwd=tmp_path, database_url=url, prometheus_url=prom.url)
+        # The same command with that Prometheus gone leaves gaps (exit 2): the hours above came from it.
+        gone = installed.run("ingest", "--start", (PAST + timedelta(hours=2)).isoformat(), "--end",
+                             (PAST + timedelta(hours=3)).isoformat(), cwd=tmp_path, check=False, database_url=url,
+                             prometheus_url=prom.url)
+        assert gone.returncode == 2, gone.stdout + gone.stderr
         done = installed.run("worker", "--once", "--backfill-hours", "2", cwd=tmp_path, database_url=url,
                              ingest_delay_s="0")
         assert re.search(r"ingested [1-9]\d* hours, 0 gaps", done.stdout), done.stdout
