@@ -14,6 +14,7 @@ from app.api.common import problem_openapi
 from app.auth import routes as auth_routes
 from app.auth.sessions import CsrfCookieMiddleware
 from app.core import problems
+from app.core.resources import resource_path
 from app.web import billing as web_billing
 from app.web import dashboard_overview as web_dashboard_overview
 from app.web import doctor as web_doctor
@@ -22,7 +23,6 @@ from app.web import overview as web_overview
 from app.web import policy as web_policy
 from app.web import sla as web_sla
 from app.web import tenants as web_tenants
-from app.web.templating import ROOT
 
 DESCRIPTION = """Chargeback for a shared GPU cluster: usage, invoices and exports for finance integrations.
 
@@ -46,7 +46,7 @@ def create_app() -> FastAPI:
     app.add_middleware(CsrfCookieMiddleware)
     app.add_middleware(api_system.SecurityHeadersMiddleware)
     app.add_middleware(api_system.RequestMetricsMiddleware)
-    app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
+    app.mount("/static", StaticFiles(directory=resource_path("static")), name="static")
     app.include_router(api_system.router)
     app.include_router(api_billing.router, prefix="/api/v1")
     app.include_router(api_usage.router, prefix="/api/v1")

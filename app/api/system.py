@@ -19,6 +19,7 @@ from app.core.deps import SessionDep
 from app.core.errors import Unavailable
 from app.core.timeutil import HOUR, aware, utcnow
 from app.metrics.models import IngestHour
+from app.policy.render_alerts import INGEST_GAP_METRIC, INGEST_LAG_METRIC
 
 log = logging.getLogger("app.system")
 router = APIRouter(tags=["system"])
@@ -33,10 +34,11 @@ LATENCY = Histogram(
     "chargeback_http_request_duration_seconds", "HTTP request latency", ["method", "route"], registry=REGISTRY,
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
+# Names shared with the rendered alert rules (app/policy/render_alerts.py), which read these gauges.
 INGEST_LAG = Gauge(
-    "chargeback_ingestion_lag_seconds", "Seconds between now and the end of the newest ingested hour", registry=REGISTRY
+    INGEST_LAG_METRIC, "Seconds between now and the end of the newest ingested hour", registry=REGISTRY
 )
-GAP_HOURS = Gauge("chargeback_ingestion_gap_hours", "Hours Prometheus could not answer, awaiting retry", registry=REGISTRY)
+GAP_HOURS = Gauge(INGEST_GAP_METRIC, "Hours Prometheus could not answer, awaiting retry", registry=REGISTRY)
 INGESTED_HOURS = Gauge("chargeback_ingested_hours", "Hours ingested successfully", registry=REGISTRY)
 LAST_DURATION = Gauge(
     "chargeback_ingest_last_duration_seconds", "Duration of the most recent hour's ingestion", registry=REGISTRY

@@ -16,4 +16,6 @@ def get_session() -> Iterator[Session]:
         yield session
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
+# "function" scope: commit before the response leaves. With the default ("request") FastAPI commits after
+# sending it, so a client following a redirect (sign-in, post/redirect/get) could outrun the commit.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from alembic import command
 from alembic.config import Config
 
-ROOT = Path(__file__).resolve().parents[2]
+from app.core.resources import resource_path
 
 
 def alembic_config(url: str) -> Config:
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "migrations"))
+    cfg = Config(str(resource_path("alembic.ini")))
+    cfg.set_main_option("script_location", str(resource_path("migrations")))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
 

@@ -13,9 +13,9 @@ from app.policy.document import PolicyDocument, Sla
 from app.policy.render_k8s import dec
 
 # Hours of the current open billing period marked as gaps (data could not be read).
-INGEST_GAP_METRIC = "chargeback_ingest_gap_hours"
+INGEST_GAP_METRIC = "chargeback_ingestion_gap_hours"
 # Seconds between now and the end of the last hour ingested successfully.
-INGEST_LAG_METRIC = "chargeback_ingest_lag_seconds"
+INGEST_LAG_METRIC = "chargeback_ingestion_lag_seconds"
 INGEST_LAG_LIMIT_SECONDS = 7200
 
 SLA_ALERT = "ChargebackSlaP99AboveRedLine"

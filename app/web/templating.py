@@ -6,7 +6,6 @@ Every template gets `principal` (None before login), `csrf_token`, `nav` and `cu
 from __future__ import annotations
 
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 from jinja2_fragments.fastapi import Jinja2Blocks
@@ -16,8 +15,7 @@ from starlette.responses import Response
 from app.auth.sessions import csrf_token
 from app.core.errors import AppError
 from app.core.problems import is_htmx
-
-ROOT = Path(__file__).resolve().parents[2]
+from app.core.resources import resource_path
 
 # (label, href, roles that see it; None = everyone signed in)
 NAV: list[tuple[str, str, frozenset[str] | None]] = [
@@ -57,7 +55,7 @@ def _hours(value: Any, digits: int = 1) -> str:
     return f"{Decimal(value):,.{digits}f}"
 
 
-templates = Jinja2Blocks(directory=str(ROOT / "templates"), context_processors=[_context])
+templates = Jinja2Blocks(directory=str(resource_path("templates")), context_processors=[_context])
 templates.env.filters["hours"] = _hours
 
 

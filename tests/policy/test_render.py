@@ -356,8 +356,8 @@ def test_promtool_unit_test_fires_the_alerts(tmp_path):
             {
                 "interval": "1m",
                 "input_series": series + [
-                    {"series": "chargeback_ingest_gap_hours", "values": "0x5 2x25"},
-                    {"series": "chargeback_ingest_lag_seconds", "values": "3600x10 9000x20"},
+                    {"series": INGEST_GAP_METRIC, "values": "0x5 2x25"},
+                    {"series": INGEST_LAG_METRIC, "values": "3600x10 9000x20"},
                 ],
                 "alert_rule_test": [
                     {"eval_time": "4m", "alertname": SLA_ALERT, "exp_alerts": []},

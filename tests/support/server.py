@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
+UVICORN = (sys.executable, "-m", "uvicorn", "app.main:app")
 
 
 def free_port() -> int:
@@ -39,15 +40,20 @@ class Portal:
 
 @contextmanager
 def running_portal(database_url: str, *, extra_args: tuple[str, ...] = (), log_dir: Path | None = None,
-                   timeout_s: float = 60) -> Iterator[Portal]:
-    """Start `uvicorn app.main:app` on `database_url`, wait for /healthz, stop it on exit."""
+                   timeout_s: float = 60, command: tuple[str, ...] = UVICORN, cwd: Path = ROOT,
+                   env: dict[str, str] | None = None) -> Iterator[Portal]:
+    """Start `command --host 127.0.0.1 --port N` on `database_url`, wait for /healthz, stop it on exit.
+
+    `command` defaults to uvicorn from this interpreter (`chargeback serve` and `chargeback demo` take the same
+    options); `env` replaces this process's environment when given.
+    """
     port = free_port()
     log_path = Path(tempfile.mkdtemp(dir=log_dir, prefix="uvicorn-")) / "uvicorn.log"
-    env = {**os.environ, "CHARGEBACK_DATABASE_URL": database_url}
+    env = {**(os.environ if env is None else env), "CHARGEBACK_DATABASE_URL": database_url}
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port), *extra_args],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            [*command, "--host", "127.0.0.1", "--port", str(port), *extra_args],
+            cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
         )
     portal = Portal(base=f"http://127.0.0.1:{port}", log_path=log_path)
     try:
@@ -59,7 +65,7 @@ def running_portal(database_url: str, *, extra_args: tuple[str, ...] = (), log_d
             except httpx.TransportError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise ServerFailed(f"uvicorn did not come up:\n{portal.log()}")
+                raise ServerFailed(f"{command[-1]} did not come up:\n{portal.log()}")
             time.sleep(0.2)
         yield portal
     finally:
