@@ -29,7 +29,8 @@ def _fresh_cache():
 
 
 def _hours(n: int = 3) -> list[datetime]:
-    last = floor_hour(utcnow()) - timedelta(hours=1)
+    """Up to n hours of this month, ending with the current one (so the month's panels hold data in its first hour)."""
+    last = floor_hour(utcnow())
     start = max(last.replace(day=1, hour=0), last - timedelta(hours=n - 1))
     return [start + timedelta(hours=i) for i in range(n) if start + timedelta(hours=i) <= last]
 
