@@ -13,6 +13,24 @@ from tests.support.databases import drop_postgres_database, migrated, new_postgr
 
 BACKENDS = ["sqlite", "postgres"]
 
+# Markers follow from what a test uses, so `-m "not postgres"` / `-m "not prometheus"` deselect every such test.
+POSTGRES_FIXTURES = {"pg_engine", "portal", "seeded_database"}
+PROMETHEUS_FIXTURES = {"scenario_prometheus", "prometheus", "sim_prometheus", "live"}
+BROWSER_FIXTURES = {"browser", "sessions"}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark each test postgres / prometheus / browser from its fixtures and backend parameters."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if names & POSTGRES_FIXTURES or "postgres" in params.values():
+            item.add_marker(pytest.mark.postgres)
+        if names & PROMETHEUS_FIXTURES:
+            item.add_marker(pytest.mark.prometheus)
+        if names & BROWSER_FIXTURES:
+            item.add_marker(pytest.mark.browser)
+
 
 @pytest.fixture(scope="session", params=BACKENDS)
 def db_url(request, tmp_path_factory) -> Iterator[str]:
