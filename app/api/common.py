@@ -86,6 +86,7 @@ def problem_openapi(app: FastAPI) -> None:
                 if method in ("post", "put", "patch", "delete"):
                     wanted["409"] = "Conflicts with the current state (or a request with the same Idempotency-Key still in progress)"
                     wanted["400"] = "The body could not be parsed (not valid JSON or form data)"
+                    wanted["413"] = "The body is larger than the configured limit (CHARGEBACK_MAX_BODY_BYTES)"
                 for status, description in wanted.items():
                     responses.setdefault(status, {"description": description})
                 for status, response in responses.items():
