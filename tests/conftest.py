@@ -13,23 +13,34 @@ from tests.support.databases import drop_postgres_database, migrated, new_postgr
 
 BACKENDS = ["sqlite", "postgres"]
 
-# Markers follow from what a test uses, so `-m "not postgres"` / `-m "not prometheus"` deselect every such test.
-POSTGRES_FIXTURES = {"pg_engine", "portal", "seeded_database"}
-PROMETHEUS_FIXTURES = {"scenario_prometheus", "prometheus", "sim_prometheus", "live"}
-BROWSER_FIXTURES = {"browser", "sessions"}
+# Markers follow from the fixtures a test uses (named where they are defined: two modules may reuse a
+# name), so `-m "not postgres"` / `-m "not prometheus"` deselect every such test.
+MARKING_FIXTURES = {
+    "postgres": {"tests.browser.conftest.portal", "tests.policy.test_releases_concurrency.pg_engine",
+                 "tests.api.test_schemathesis.seeded_database"},
+    "prometheus": {"tests.metrics.conftest.scenario_prometheus", "tests.metrics.test_outage.prometheus",
+                   "tests.billing.test_e2e_postgres.prometheus", "tests.metrics.test_simulator_truth.sim_prometheus",
+                   "tests.metrics.test_live_exporter.live"},
+    "browser": {"tests.browser.conftest.browser", "tests.web.test_browser.portal"},
+}
+
+
+def _fixtures_used(item) -> set[str]:
+    out = set()
+    for name, defs in getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).items():
+        for definition in defs:
+            out.add(f"{definition.func.__module__}.{name}")
+    return out
 
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Mark each test postgres / prometheus / browser from its fixtures and backend parameters."""
     for item in items:
-        names = set(getattr(item, "fixturenames", ()))
+        used = _fixtures_used(item)
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if names & POSTGRES_FIXTURES or "postgres" in params.values():
-            item.add_marker(pytest.mark.postgres)
-        if names & PROMETHEUS_FIXTURES:
-            item.add_marker(pytest.mark.prometheus)
-        if names & BROWSER_FIXTURES:
-            item.add_marker(pytest.mark.browser)
+        for marker, fixtures in MARKING_FIXTURES.items():
+            if used & fixtures or (marker == "postgres" and "postgres" in params.values()):
+                item.add_marker(marker)
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
