@@ -153,3 +153,24 @@ async def test_a_body_within_the_limit_reaches_the_route(client):
     response = await client.post("/api/v1/policy/validate", content=b"{" + b" " * (1024 * 1024) + b"}",
                                  headers={"Content-Type": "application/json"})
     assert response.status_code == 401  # parsed and passed on: authentication answers
+
+
+async def test_the_body_limit_is_a_setting(client, monkeypatch):
+    from app.core.settings import get_settings
+
+    monkeypatch.setenv("CHARGEBACK_MAX_BODY_BYTES", "64")
+    get_settings.cache_clear()
+    try:
+        small = await client.post("/api/v1/policy/validate", json={"document": "x" * 10})
+        large = await client.post("/api/v1/policy/validate", json={"document": "x" * 100})
+    finally:
+        monkeypatch.delenv("CHARGEBACK_MAX_BODY_BYTES")
+        get_settings.cache_clear()
+    assert (small.status_code, large.status_code) == (401, 413)
+    assert "64 bytes" in large.json()["detail"]
+
+
+async def test_an_html_form_over_the_limit_gets_a_readable_page(client):
+    response = await client.post("/login", data={"username": "ada", "password": "x" * (2 * 1024 * 1024)})
+    assert response.status_code == 413
+    assert "text/html" in response.headers["content-type"] and "Content too large" in response.text
