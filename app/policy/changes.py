@@ -24,9 +24,9 @@ from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
 from app.policy.review_models import ChangeApproval, ChangeComment, ChangeRequest, ChangeState
 from app.policy.service import dump_yaml, get_version, latest_version, load_document
-from app.policy.parsing import check_document, load_value, pydantic_errors
+from app.policy.parsing import MAX_CHARS, check_document, load_value, pydantic_errors
 
-MAX_DOCUMENT_CHARS = 1_000_000
+MAX_DOCUMENT_CHARS = MAX_CHARS  # the parser refuses longer documents too
 MAX_TITLE_CHARS = 200
 ENTITY = "change_request"
 

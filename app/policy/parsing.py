@@ -57,7 +57,7 @@ _Loader.add_constructor("tag:yaml.org,2002:int", _yaml_int)
 _Loader.add_constructor("tag:yaml.org,2002:float", _yaml_decimal)
 
 
-MAX_CHARS = 1_000_000  # a policy document is a few kB; the change-request limit is the same
+MAX_CHARS = 1_000_000  # a policy document is a few kB; change requests and the API share this limit
 # Nodes a document may hold once its aliases are expanded: the example policy has ~1,000, and a
 # 400-byte "billion laughs" document would otherwise expand to billions (seconds and gigabytes).
 MAX_EXPANDED_NODES = 100_000
@@ -112,7 +112,7 @@ def _bounded_yaml(text: str):
         if total > MAX_EXPANDED_NODES:
             where = ".".join(path).replace(".[", "[")
             raise Invalid("the policy document expands beyond its size limit",
-                          [FieldError(where, f"aliases expand to more than {MAX_EXPANDED_NODES} values")])
+                          [FieldError(where, f"more than {MAX_EXPANDED_NODES} values once aliases are expanded")])
         return loader.construct_document(node)
     finally:
         loader.dispose()
