@@ -150,10 +150,9 @@ def decode_cursor(cursor: str, types: list[type], *, path: str = "query.cursor")
                     raise TypeError(value)
                 out.append(parse_iso(value))
             elif kind is Decimal:
-                number = Decimal(value if isinstance(value, str) else "x")
-                if not number.is_finite():
+                if not isinstance(value, str) or not Decimal(value).is_finite():
                     raise ValueError(value)
-                out.append(number)
+                out.append(Decimal(value))
             elif kind in (int, str, bool):
                 if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
                     raise ValueError(value)
@@ -163,7 +162,7 @@ def decode_cursor(cursor: str, types: list[type], *, path: str = "query.cursor")
             else:
                 out.append(value)
             # The database must be able to compare what comes back: 64-bit integers, text without NUL.
-            if isinstance(value, int) and not -(2**63) <= value < 2**63 or isinstance(value, str) and "\x00" in value:
+            if (isinstance(value, int) and not -(2**63) <= value < 2**63) or (isinstance(value, str) and "\x00" in value):
                 raise ValueError(value)
     except (ValueError, TypeError, ArithmeticError):
         raise bad from None
