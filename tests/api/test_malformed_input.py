@@ -174,3 +174,15 @@ async def test_an_html_form_over_the_limit_gets_a_readable_page(client):
     response = await client.post("/login", data={"username": "ada", "password": "x" * (2 * 1024 * 1024)})
     assert response.status_code == 413
     assert "text/html" in response.headers["content-type"] and "Content too large" in response.text
+
+
+async def test_an_alias_bomb_posted_for_validation_is_a_quick_422(client, session):
+    import time
+
+    from tests.policy.test_parse import _laughs
+
+    headers = _bearer(session, "bomb-viewer", "viewer")
+    started = time.perf_counter()
+    response = await client.post("/api/v1/policy/validate", json={"document": _laughs(12)}, headers=headers)
+    assert response.status_code == 422 and time.perf_counter() - started < 2
+    assert response.json()["errors"][0]["path"] and "aliases" in response.json()["errors"][0]["message"]
