@@ -19,7 +19,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.core.errors import AppError, FieldError, Invalid
 
-MiB = 1024 * 1024
 # A JSON string escape for NUL preceded by an even number of backslashes (an odd number is literal text).
 _JSON_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000", re.IGNORECASE)
 
@@ -36,7 +35,7 @@ def _nul_in_tree(value: Any, path: str) -> str | None:
         return path if "\x00" in value else None
     if isinstance(value, dict):
         for key, item in value.items():
-            where = f"{path}.{key}"
+            where = f"{path}.{key.replace(chr(0), '')}"
             if "\x00" in key:
                 return where
             found = _nul_in_tree(item, where)
@@ -77,8 +76,8 @@ def nul_field(*, path: str, query: bytes, content_type: str, body: bytes) -> str
             return None  # a raw NUL byte is not valid JSON: the parser refuses it with 422
         try:
             return _nul_in_tree(json.loads(body), "body")
-        except ValueError:
-            return None  # not JSON: the route's own parsing answers
+        except (ValueError, RecursionError):
+            return None  # not JSON (or nested too deeply): the route's own parsing answers 400
     return "body" if b"\x00" in body else None  # multipart and plain text: any NUL byte
 
 

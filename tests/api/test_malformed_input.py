@@ -186,3 +186,9 @@ async def test_an_alias_bomb_posted_for_validation_is_a_quick_422(client, sessio
     response = await client.post("/api/v1/policy/validate", json={"document": _laughs(12)}, headers=headers)
     assert response.status_code == 422 and time.perf_counter() - started < 2
     assert response.json()["errors"][0]["path"] and "aliases" in response.json()["errors"][0]["message"]
+
+
+async def test_deeply_nested_json_with_a_nul_is_still_a_4xx(client):
+    body = b'{"document": ' + b"[" * 100_000 + b'"\\u0000"' + b"]" * 100_000 + b"}"
+    response = await client.post("/api/v1/policy/validate", content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 400
