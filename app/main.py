@@ -11,6 +11,7 @@ from app.api import policy as api_policy
 from app.api import system as api_system
 from app.api import usage as api_usage
 from app.api.common import problem_openapi
+from app.api.limits import InputLimitsMiddleware
 from app.auth import routes as auth_routes
 from app.auth.sessions import CsrfCookieMiddleware
 from app.core import problems
@@ -44,6 +45,7 @@ def create_app() -> FastAPI:
     problems.install(app)
     problem_openapi(app)
     app.add_middleware(CsrfCookieMiddleware)
+    app.add_middleware(InputLimitsMiddleware)  # outside routing and CSRF: before authentication and parsing
     app.add_middleware(api_system.SecurityHeadersMiddleware)
     app.add_middleware(api_system.RequestMetricsMiddleware)
     app.mount("/static", StaticFiles(directory=resource_path("static")), name="static")

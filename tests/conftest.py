@@ -13,6 +13,35 @@ from tests.support.databases import drop_postgres_database, migrated, new_postgr
 
 BACKENDS = ["sqlite", "postgres"]
 
+# Markers follow from the fixtures a test uses (named where they are defined: two modules may reuse a
+# name), so `-m "not postgres"` / `-m "not prometheus"` deselect every such test.
+MARKING_FIXTURES = {
+    "postgres": {"tests.browser.conftest.portal", "tests.policy.test_releases_concurrency.pg_engine",
+                 "tests.api.test_schemathesis.seeded_database"},
+    "prometheus": {"tests.metrics.conftest.scenario_prometheus", "tests.metrics.test_outage.prometheus",
+                   "tests.billing.test_e2e_postgres.prometheus", "tests.metrics.test_simulator_truth.sim_prometheus",
+                   "tests.metrics.test_live_exporter.live"},
+    "browser": {"tests.browser.conftest.browser", "tests.web.test_browser.portal"},
+}
+
+
+def _fixtures_used(item) -> set[str]:
+    out = set()
+    for name, defs in getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).items():
+        for definition in defs:
+            out.add(f"{definition.func.__module__}.{name}")
+    return out
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark each test postgres / prometheus / browser from its fixtures and backend parameters."""
+    for item in items:
+        used = _fixtures_used(item)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        for marker, fixtures in MARKING_FIXTURES.items():
+            if used & fixtures or (marker == "postgres" and "postgres" in params.values()):
+                item.add_marker(marker)
+
 
 @pytest.fixture(scope="session", params=BACKENDS)
 def db_url(request, tmp_path_factory) -> Iterator[str]:

@@ -131,7 +131,8 @@ def get_statement(period: str, session: SessionDep) -> dict:
     return to_json(platform_statement(load_view(session=session, period=row)))
 
 
-@router.get("/periods/{period}/export", dependencies=[FINANCE])
+@router.get("/periods/{period}/export", dependencies=[FINANCE], response_class=Response,
+            responses={200: {"content": {"text/csv": {}, "application/pdf": {}}}, 304: {"description": "Not modified"}})
 def export(
     period: str,
     request: Request,

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Any, Generic, TypeVar
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
@@ -86,6 +86,7 @@ def problem_openapi(app: FastAPI) -> None:
                 if method in ("post", "put", "patch", "delete"):
                     wanted["409"] = "Conflicts with the current state (or a request with the same Idempotency-Key still in progress)"
                     wanted["400"] = "The body could not be parsed (not valid JSON or form data)"
+                    wanted["413"] = "The body is larger than the configured limit (CHARGEBACK_MAX_BODY_BYTES)"
                 for status, description in wanted.items():
                     responses.setdefault(status, {"description": description})
                 for status, response in responses.items():
@@ -95,6 +96,12 @@ def problem_openapi(app: FastAPI) -> None:
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+# ---- ids in paths -------------------------------------------------------------------------------
+
+MAX_ID = 2_147_483_647  # ids are 32-bit integer columns: a larger one is a 422, not a database error
+IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 
 # ---- cursor pagination ------------------------------------------------------------------------
@@ -139,15 +146,24 @@ def decode_cursor(cursor: str, types: list[type], *, path: str = "query.cursor")
     try:
         for value, kind in zip(values, types, strict=True):
             if kind is datetime:
+                if not isinstance(value, str):
+                    raise TypeError(value)
                 out.append(parse_iso(value))
             elif kind is Decimal:
+                if not isinstance(value, str) or not Decimal(value).is_finite():
+                    raise ValueError(value)
                 out.append(Decimal(value))
             elif kind in (int, str, bool):
                 if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
                     raise ValueError(value)
                 out.append(value)
+            elif isinstance(value, (list, dict)):
+                raise TypeError(value)
             else:
                 out.append(value)
+            # The database must be able to compare what comes back: 64-bit integers, text without NUL.
+            if (isinstance(value, int) and not -(2**63) <= value < 2**63) or (isinstance(value, str) and "\x00" in value):
+                raise ValueError(value)
     except (ValueError, TypeError, ArithmeticError):
         raise bad from None
     return out
@@ -334,6 +350,6 @@ def json_response(payload: Any, *, status_code: int = 200, headers: dict[str, st
 
 
 __all__ = [
-    "AppError", "CursorQuery", "IdempotencyDep", "LimitQuery", "Page", "Problem", "conditional", "decode_cursor",
+    "MAX_ID", "AppError", "CursorQuery", "IdPath", "IdempotencyDep", "LimitQuery", "Page", "Problem", "conditional", "decode_cursor",
     "encode_cursor", "etag_for", "json_response", "paginate", "problem_openapi",
 ]

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, Field
 from sqlmodel import select
 
-from app.api.common import CursorQuery, LimitQuery, paginate
+from app.api.common import MAX_ID, CursorQuery, LimitQuery, paginate
 from app.auth.deps import CurrentUser, Principal
 from app.core.audit import AuditEntry
 from app.core.deps import SessionDep
@@ -24,7 +24,6 @@ from app.policy.document import PolicyDocument
 from app.policy.service import active_version, load_document
 
 router = APIRouter(tags=["directory"])
-MAX_ID = 2_147_483_647  # 32-bit id columns: a larger id is a 422, not a database error
 
 
 class TenantOut(BaseModel):

@@ -9,11 +9,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import select
 from starlette.responses import Response
 
+from app.api.common import MAX_ID, IdPath
 from app.auth.deps import Principal, require_roles
 from app.core.audit import AuditEntry
 from app.core.deps import SessionDep
@@ -26,8 +27,7 @@ from app.policy.parsing import check_document
 
 router = APIRouter(prefix="/policy", tags=["policy"])
 
-MAX_ID = 2_147_483_647  # ids are 32-bit integer columns: a larger one is a 422, not a database error
-Id = Annotated[int, Path(ge=1, le=MAX_ID)]
+Id = IdPath
 
 READERS = ("operator", "reviewer", "finance", "viewer")
 Reader = Annotated[Principal, require_roles(*READERS)]

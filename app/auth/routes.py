@@ -9,7 +9,7 @@ from fastapi import APIRouter, Form, Request
 from pydantic import BaseModel, Field
 from starlette.responses import RedirectResponse, Response
 
-from app.api.common import CursorQuery, IdempotencyDep, LimitQuery, Page, json_response, paginate
+from app.api.common import CursorQuery, IdempotencyDep, IdPath, LimitQuery, Page, json_response, paginate
 from app.auth import service, tokens
 from app.auth.deps import CurrentUser, Principal, require_roles
 from app.auth.models import ROLES, SCOPES, ApiToken
@@ -137,7 +137,7 @@ def update_user(
     request: Request,
     session: SessionDep,
     admin: AdminOnly,
-    user_id: int,
+    user_id: IdPath,
     role: Annotated[str, Form()],
     tenants: Annotated[str, Form()] = "",
     active: Annotated[bool, Form()] = False,
@@ -193,7 +193,7 @@ def create_token_form(
 
 
 @web.post("/admin/tokens/{token_id}/revoke")
-def revoke_token_form(request: Request, session: SessionDep, admin: AdminOnly, token_id: int) -> Response:
+def revoke_token_form(request: Request, session: SessionDep, admin: AdminOnly, token_id: IdPath) -> Response:
     row = service.revoke_token(session=session, token_id=token_id, actor=admin.name)
     if is_htmx(request):
         return _tokens_page(request, session, message=f"Token {row.prefix}… revoked.")
@@ -276,7 +276,7 @@ def create_my_token(body: TokenCreate, user: CurrentUser, session: SessionDep, i
 
 
 @api.delete("/tokens/{token_id}", status_code=204)
-def revoke_my_token(token_id: int, user: CurrentUser, session: SessionDep) -> Response:
+def revoke_my_token(token_id: IdPath, user: CurrentUser, session: SessionDep) -> Response:
     """Revoke one of the caller's tokens (admins: any token). Revoking twice is harmless."""
     owner = None if "admin" in user.roles else user.user_id
     service.revoke_token(session=session, token_id=token_id, actor=user.name, owner_id=owner)

@@ -12,7 +12,7 @@ from app.core.errors import FieldError, Invalid
 
 PREFIX = "cbt_"
 MAX_LIFETIME = timedelta(days=366)
-_DURATION = re.compile(r"^\s*(\d+)\s*([hdw])\s*$")
+_DURATION = re.compile(r"^\s*(\d{1,6})\s*([hdw])\s*$")  # 6 digits: no timedelta overflow before the range check
 _UNITS = {"h": timedelta(hours=1), "d": timedelta(days=1), "w": timedelta(weeks=1)}
 
 

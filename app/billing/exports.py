@@ -10,6 +10,7 @@ import csv
 import hashlib
 import io
 import json
+import re
 from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
@@ -113,16 +114,23 @@ def _money(value: Decimal) -> str:
     return format(Decimal(value), "f")
 
 
-def _cell(value: str) -> str:
-    """Free text (reasons, service names) must not start a spreadsheet formula."""
-    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?")
+
+
+def neutralise(value: str) -> str:
+    """A cell a spreadsheet will not run as a formula (OWASP CSV injection); plain numbers stay numeric."""
+    if value[:1] in _FORMULA_START and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
 
 
 def _csv_bytes(header: list[str], rows: list[list[str]]) -> bytes:
+    """Every cell is neutralised here, once, so no column (names from the policy, reasons, ids) can be missed."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(header)
-    writer.writerows(rows)
+    writer.writerows([neutralise(cell) for cell in row] for row in rows)
     return buffer.getvalue().encode("utf-8")
 
 
@@ -137,9 +145,9 @@ def render_csv(view: PeriodView) -> bytes:
     p = view.period
     rows = [
         [
-            p.month, l.line_id, l.account, l.department, l.pool, l.kind, l.klass, _cell(l.service), str(l.policy_version),
+            p.month, l.line_id, l.account, l.department, l.pool, l.kind, l.klass, l.service, str(l.policy_version),
             _iso(l.charge_start), _iso(l.charge_end), _qty(l.quantity), l.unit, _money(l.amount), p.currency,
-            "true" if l.source == LineSource.CORRECTION else "false", l.corrects, _cell(l.reason),
+            "true" if l.source == LineSource.CORRECTION else "false", l.corrects, l.reason,
         ]
         for l in view.lines
     ]
@@ -211,7 +219,7 @@ def render_focus(view: PeriodView) -> bytes:
             "ChargeCategory": category,
             # Only corrections of a previously invoiced period carry a ChargeClass.
             "ChargeClass": "Correction" if l.source == LineSource.CORRECTION else "",
-            "ChargeDescription": _cell(description),
+            "ChargeDescription": description,
             "ChargePeriodEnd": _iso(l.charge_end),
             "ChargePeriodStart": _iso(l.charge_start),
             "ContractedCost": _money(l.amount),

@@ -30,6 +30,8 @@ class Settings(BaseSettings):
     prometheus_timeout_s: float = 60.0
     # Policy change requests: approvals needed from reviewers other than the author (four eyes).
     required_approvals: int = 1
+    # Request bodies above this are refused with 413 before any work (policy documents are at most 1M characters).
+    max_body_bytes: int = 2 * 1024 * 1024
 
     @field_validator("billing_timezone")
     @classmethod

@@ -43,6 +43,8 @@ _Loader.add_implicit_resolver(
 
 def _yaml_int(loader: yaml.SafeLoader, node: yaml.Node) -> int:
     text = loader.construct_scalar(node)
+    if len(text) > 40:  # no field needs more; Python refuses past 4,300 digits with a message about internals
+        raise yaml.constructor.ConstructorError(None, None, "integer with more than 40 digits", node.start_mark)
     return int(text, 0) if text[:2] in ("0o", "0x") else int(text, 10)
 
 
@@ -55,7 +57,70 @@ _Loader.add_constructor("tag:yaml.org,2002:int", _yaml_int)
 _Loader.add_constructor("tag:yaml.org,2002:float", _yaml_decimal)
 
 
+MAX_CHARS = 1_000_000  # a policy document is a few kB; change requests and the API share this limit
+# Nodes a document may hold once its aliases are expanded: the example policy has ~1,000, and a
+# 400-byte "billion laughs" document would otherwise expand to billions (seconds and gigabytes).
+MAX_EXPANDED_NODES = 100_000
+
+
+def _expanded_size(root: yaml.Node) -> tuple[int, list[str]]:
+    """Nodes in the tree `root` stands for with every alias expanded (capped), and the path where it exceeds the budget."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]  # an alias: its expansion costs again, but is computed once
+        if key in active:
+            return MAX_EXPANDED_NODES + 1  # a recursive alias expands without end
+        active.add(key)
+        children = node.value if isinstance(node, yaml.SequenceNode) else (
+            [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else [])
+        total = 1
+        for child in children:
+            total = min(total + size(child), MAX_EXPANDED_NODES + 1)
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    total = size(root)
+    path: list[str] = []
+    node = root
+    seen: set[int] = set()
+    while total > MAX_EXPANDED_NODES and isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and id(node) not in seen:
+        seen.add(id(node))
+        # Walk to the largest child while it alone is over budget: the path names where the aliases explode.
+        items = (list(enumerate(node.value)) if isinstance(node, yaml.SequenceNode)
+                 else [(k.value if isinstance(k, yaml.ScalarNode) else "?", v) for k, v in node.value])
+        name, child = max(items, key=lambda item: sizes.get(id(item[1]), 0))
+        if sizes.get(id(child), 0) <= MAX_EXPANDED_NODES:
+            break
+        path.append(f"[{name}]" if isinstance(name, int) else str(name))
+        node = child
+    return total, path
+
+
+def _bounded_yaml(text: str):
+    """yaml.load with a budget on alias expansion, checked on the composed graph before constructing anything."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        total, path = _expanded_size(node)
+        if total > MAX_EXPANDED_NODES:
+            where = ".".join(path).replace(".[", "[")
+            raise Invalid("the policy document expands beyond its size limit",
+                          [FieldError(where, f"more than {MAX_EXPANDED_NODES} values once aliases are expanded")])
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def _load(text: str):
+    if len(text) > MAX_CHARS:
+        raise Invalid("the policy document is too large", [FieldError("", f"at most {MAX_CHARS} characters")])
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
         try:
@@ -63,13 +128,24 @@ def _load(text: str):
         except ValueError:
             pass  # flow-style YAML is also valid input
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        return _bounded_yaml(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise Invalid("the policy document is not valid YAML", [FieldError("", f"{exc.problem or exc}{where}")]) from None
     except (yaml.YAMLError, ValueError, ArithmeticError) as exc:
         raise Invalid("the policy document is not valid YAML", [FieldError("", str(exc))]) from None
+
+
+def load_value(text: str, *, path: str = "value"):
+    """One YAML value (a structured edit), with the document's scalar rules and alias budget; errors at `path`."""
+    try:
+        value = _load(text) if text.strip() else None
+    except Invalid as exc:
+        raise Invalid("the value is not valid", [FieldError(path, e.message) for e in exc.errors]) from None
+    except RecursionError:
+        raise Invalid("the value is nested too deeply", [FieldError(path, "nested too deeply")]) from None
+    return _string_keys(value)
 
 
 def _string_keys(value):

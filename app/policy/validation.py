@@ -66,6 +66,7 @@ def validate(doc: PolicyDocument, *, measured_peak_mib: dict[str, float] | None 
     """All cross-field problems of a parsed document, errors and warnings, each with its field path."""
     report = _Report()
     _magnitudes(doc, report)
+    _exported_names(doc, report)
     _tenants(doc, report)
     _pools(doc, report)
     _pricing(doc, report)
@@ -99,6 +100,20 @@ def _magnitudes(doc: PolicyDocument, report: _Report) -> None:
     for at, value in _decimals(doc, ""):
         if abs(value) >= MAX_NUMBER:
             report.error(at, f"{value} is too large (limit {MAX_NUMBER:,})")
+
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _exported_names(doc: PolicyDocument, report: _Report) -> None:
+    # These names become cells of the CSV/FOCUS exports; the exports neutralise them anyway, but a
+    # name a spreadsheet would run as a formula is refused where a reviewer can see why.
+    named = [(path_of("tenants", i, "department"), t.department) for i, t in enumerate(doc.tenants)]
+    named += [(path_of("pools", i, "name"), p.name) for i, p in enumerate(doc.pools)]
+    named += [(path_of("sla", i, "service"), s.service) for i, s in enumerate(doc.sla)]
+    for at, name in named:
+        if name.startswith(FORMULA_START) or any(ord(c) < 32 for c in name):
+            report.error(at, "must not start with = + - @ or hold control characters (spreadsheets would run it as a formula)")
 
 
 def _tenants(doc: PolicyDocument, report: _Report) -> None:

@@ -18,6 +18,7 @@ from app.metrics.ingest import ingest_hours
 from app.metrics.simulator import Simulator
 from app.metrics.simulator.policy import seed_policy
 from app.policy.service import import_version
+from tests.support.browser import sign_in
 from tests.support.databases import drop_postgres_database, migrated, new_postgres_database
 from tests.support.server import running_portal
 
@@ -121,11 +122,7 @@ def sessions(portal, browser, console):
             page = ctx.new_page()
             console.watch(page, name)
             page.goto(f"{portal['base']}/login")
-            page.fill("#username", name)
-            page.fill("#password", PASSWORD)
-            page.click("main button[type=submit]")
-            # argon2 takes a second or more on a busy 2-core machine.
-            page.wait_for_url(lambda u: "/login" not in u, timeout=60000)
+            sign_in(page, portal["base"], name, PASSWORD)
             contexts[key] = page
         return contexts[key]
 

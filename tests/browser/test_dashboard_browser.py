@@ -9,9 +9,11 @@ import re
 from datetime import timedelta
 
 import pytest
+from playwright.sync_api import expect
 
 from app.core.timeutil import floor_hour, utcnow
 from tests.browser.conftest import SHOTS
+from tests.support.browser import submit
 
 pytestmark = pytest.mark.browser
 
@@ -154,19 +156,15 @@ def test_change_request_review_release_history(portal, sessions, console):
     change_id = change_url.rsplit("/", 1)[1]
     op.fill("input[name=path]", "quotas[vision/mixed-a100].guaranteed_gpus")
     op.fill("input[name=value]", "8")  # from 10; the lending limit (2) still fits
-    with op.expect_navigation():
-        op.click("main button:has-text('Set field')")
-    assert "guaranteed_gpus" in op.locator("main").inner_text()  # the diff against the base version
-    with op.expect_navigation():
-        op.click("main button:has-text('Submit for review')")
-    assert "submitted" in op.locator("main p").first.inner_text(), op.locator("main").inner_text()[:2000]
+    submit(op, "main button:has-text('Set field')", shows="guaranteed_gpus")  # the diff against the base version
+    submit(op, "main button:has-text('Submit for review')")
+    expect(op.locator("main p").first).to_contain_text("submitted")
 
     reviewer = sessions("rex")
     reviewer.goto(change_url)
     reviewer.fill("#review-comment", "Fine: etl needs it.")
-    with reviewer.expect_navigation():
-        reviewer.click("main button:has-text('Approve')")
-    assert "approved" in reviewer.locator("main p").first.inner_text()
+    submit(reviewer, "main button:has-text('Approve')")
+    expect(reviewer.locator("main p").first).to_contain_text("approved")
     shot(reviewer, "change-request")
 
     op.goto(f"{base}/policy/releases")

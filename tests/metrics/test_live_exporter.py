@@ -1,4 +1,4 @@
-"""A real Prometheus scraping the simulator's live exporter every second for about a minute, then ingested.
+"""A real Prometheus scraping the simulator's live exporter every second for about 20 scrapes, then ingested.
 
 The rollups must name exactly the pools and tenants the exporter exposed, and their GPU-seconds must
 equal what the raw scraped samples imply (1 s x unit fraction, split among the pods on a unit).
@@ -24,14 +24,16 @@ from tests.metrics.conftest import add_policy
 from tests.support.prometheus import PrometheusServer
 
 SCRAPE_S = 1
-CAPTURE_S = 62
+# Scrapes Prometheus must have stored before the capture ends: enough samples per unit to compare
+# (tens), and a third of the old fixed minute, which was half the suite's time.
+CAPTURE_SCRAPES = 20
 OCCUPANCY = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
 LABEL_RE = re.compile(r'(\w+)="([^"]*)"')
 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    """Scrape the live exporter for CAPTURE_S seconds; yields (sim, prometheus, exposed bodies, start)."""
+    """Scrape the live exporter until Prometheus holds CAPTURE_SCRAPES scrapes; yields (sim, prometheus, exposed bodies, start)."""
     sim = Simulator(seed=42, gpus=32, scrape_interval_s=30)
     exporter = serve_exporter(sim)
     target = f"127.0.0.1:{exporter.server_address[1]}"
@@ -40,17 +42,27 @@ def live(tmp_path_factory):
     try:
         server.start()
         began = time.time()
-        while time.time() - began < CAPTURE_S:
+        while _stored(server, "up") < CAPTURE_SCRAPES or len(bodies) < CAPTURE_SCRAPES:
             bodies.append(httpx.get(f"http://{target}/metrics", timeout=5).text)
-            time.sleep(1)
+            time.sleep(SCRAPE_S)  # our own polls at the scrape pace (what was exposed), not a wait for state
     finally:
         exporter.shutdown()  # from here the scrapes fail and the series go stale
         exporter.server_close()
     try:
-        time.sleep(2 * SCRAPE_S)
+        # Until Prometheus has recorded a failed scrape: every sample it will ever hold is stored.
+        deadline = time.time() + 60
+        while not any(float(item["value"][1]) == 0 for item in server.query("up")):
+            assert time.time() < deadline, "Prometheus never noticed the exporter stopped"
+            time.sleep(0.2)
         yield sim, server, bodies, began
     finally:
         server.stop()
+
+
+def _stored(server: PrometheusServer, metric: str) -> int:
+    """How many samples of `metric` Prometheus holds from the last ten minutes."""
+    result = server.query(f"count_over_time({metric}[10m])")
+    return int(float(result[0]["value"][1])) if result else 0
 
 
 def occupied(policy, labels: dict) -> tuple[str, str] | None:
@@ -124,8 +136,8 @@ def test_live_scrape_ingests_what_the_exporter_exposed(session, live):
         got[(r.pool, r.tenant, r.klass)] += Fraction(r.gpu_seconds)
     expected = scraped_gpu_seconds(policy, server)
     assert set(got) == set(expected)
-    # About a minute at 1 s: tens of samples per occupied unit.
-    assert sum(expected.values()) > 10 * CAPTURE_S * Fraction(1, 7)
+    # CAPTURE_SCRAPES scrapes at 1 s: tens of samples per occupied unit.
+    assert sum(expected.values()) > 10 * CAPTURE_SCRAPES * Fraction(1, 7)
     for key, seconds in expected.items():
         # Exact unless a unit's pods changed inside a minute bucket (the exporter's minute slots and the
         # scrape clock can disagree by one sample at a boundary): then off by at most that one sample.

@@ -6,6 +6,7 @@ import threading
 import time
 from datetime import timedelta
 
+import pytest
 from sqlmodel import Session, select
 
 from app.core.db import unit_of_work
@@ -77,6 +78,7 @@ def test_two_workers_at_once_ingest_each_hour_exactly_once(fresh_engine, scenari
     assert health["ingestion_lag_seconds"] == 300 and health["last_duration_seconds"] > 0
 
 
+@pytest.mark.prometheus  # starts its own server in the test body
 def test_worker_catches_up_and_retries_gaps_after_an_outage(fresh_engine, tmp_path):
     from tests.support.prometheus import PrometheusServer
 

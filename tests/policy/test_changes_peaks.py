@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from app.policy import changes_preview
 from app.policy.validation import validate
 from tests.policy.review_builders import example_document
@@ -19,6 +21,7 @@ def fb_used(gpu: str, namespace: str, points) -> tuple[dict, list]:
     return labels, points
 
 
+@pytest.mark.prometheus  # starts its own server in the test body
 def test_peaks_from_prometheus_sum_gpus_at_the_same_minute(tmp_path):
     minutes = range(0, 600)
     # search-prod on two GPUs: together at most 300000 MiB (minute 100); apart each peaks higher alone.

