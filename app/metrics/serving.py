@@ -1,0 +1,116 @@
+"""SLA signals from raw counter values: requests over the idle window and the P99 bucket, per minute.
+
+Each SLA's request counter and latency buckets are read as the last value of every series in each
+minute (`last_over_time(sel[59999ms])`, identical on Prometheus 2.x/3.x and VictoriaMetrics), plus
+each series' last value before the range as its baseline. Increases (with resets; a series born in
+the range counts from zero) and the trailing-window sums and P99 bucket are computed in Python,
+so dark-time and breach minutes do not depend on any engine's `increase`/`rate` extrapolation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable
+
+from app.metrics.counters import step_increases
+from app.metrics.histograms import p99_bucket, parse_le, quantile
+from app.metrics.types import ServiceMinutes, SourceBatch
+from app.policy.document import PolicyDocument
+
+MINUTE_S = 60
+P99_WINDOW_MIN = 5  # P99 over the trailing 5 minutes (SPEC section 4)
+MAX_STEPS = 10_000  # points per series of one query, under Prometheus's 11,000
+SLA_LABEL, SIGNAL_LABEL = "chargeback_sla", "chargeback_signal"
+
+Plan = list[tuple[str, int, int, int, Callable[[list], None]]]
+
+
+def window_minutes(policy: PolicyDocument) -> int:
+    """The idle window in whole minutes (rounded up: a partial minute is read whole)."""
+    return -(-policy.colocation.idle_window_s // MINUTE_S)
+
+
+def _tagged(selector: str, window: str, service: str, signal: str) -> str:
+    inner = f"last_over_time({selector}[{window}])"  # a plain selector, as the policy requires
+    tagged = f'label_replace({inner}, "{SLA_LABEL}", {json.dumps(service)}, "", "")'
+    return f'label_replace({tagged}, "{SIGNAL_LABEL}", "{signal}", "", "")'
+
+
+def services_plan(batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) -> Plan:
+    """Queries for the minutes (cs, ce] of every SLA; the last answer fills `batch.services`."""
+    if not policy.sla:
+        return []
+    for sla in policy.sla:
+        batch.services.setdefault(sla.service, ServiceMinutes(service=sla.service))
+    lookback = max(window_minutes(policy), P99_WINDOW_MIN) * MINUTE_S
+    first = cs - lookback  # the first minute end whose increase is needed
+
+    def union(window: str) -> str:
+        return " or ".join(
+            term for sla in policy.sla
+            for term in (_tagged(sla.requests, window, sla.service, "requests"),
+                         _tagged(sla.latency_histogram, window, sla.service, "latency"))
+        )
+
+    baselines: dict[tuple, float] = {}
+    values: dict[tuple, dict[int, float]] = defaultdict(dict)
+
+    def keep_baseline(result: list) -> None:
+        for item in result:
+            baselines[_key(item["metric"])] = float(item["values"][-1][1])
+
+    def keep_values(result: list) -> None:
+        for item in result:
+            values[_key(item["metric"])].update((int(t), float(v)) for t, v in item["values"])
+
+    def finish() -> None:
+        _fill(batch, policy, first, cs, ce, baselines, values)
+
+    # Each series' last value in the hour before the range (a series without one was born in it).
+    plan: Plan = [(union("3599999ms"), first - MINUTE_S, first - MINUTE_S, MINUTE_S, keep_baseline)]
+    pieces = list(range(first, ce, MAX_STEPS * MINUTE_S))
+    for i, a in enumerate(pieces):
+        b = min(a + MAX_STEPS * MINUTE_S, ce)
+        last = i == len(pieces) - 1
+        handle = (lambda r: (keep_values(r), finish())) if last else keep_values
+        plan.append((union("59999ms"), a, b, MINUTE_S, handle))
+    return plan
+
+
+def _key(metric: dict) -> tuple:
+    return tuple(sorted(metric.items()))
+
+
+def _fill(batch: SourceBatch, policy: PolicyDocument, first: int, cs: int, ce: int,
+          baselines: dict[tuple, float], values: dict[tuple, dict[int, float]]) -> None:
+    """Per service: requests over the idle window and the P99 bucket of the trailing 5 minutes, per minute."""
+    requests: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    buckets: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))  # svc -> le -> t -> n
+    for key, points in values.items():
+        labels = dict(key)
+        service, signal = labels.get(SLA_LABEL, ""), labels.get(SIGNAL_LABEL, "")
+        increases = step_increases(points, baseline=baselines.get(key))
+        if signal == "requests":
+            target = requests[service]
+        else:
+            le = parse_le(labels.get("le", ""))
+            if le is None:
+                continue  # _sum/_count or a malformed bucket: not part of the quantile
+            target = buckets[service][le]
+        for t, v in increases.items():
+            if t > first:  # the first step only anchors the series
+                target[t] += v
+    span = window_minutes(policy)
+    for sla in policy.sla:
+        out = batch.services[sla.service]
+        per_minute = requests.get(sla.service, {})
+        per_le = buckets.get(sla.service, {})
+        for m in range(cs + MINUTE_S, ce + 1, MINUTE_S):
+            out.requests_in_window[m] = float(sum(per_minute.get(m - k * MINUTE_S, 0.0) for k in range(span)))
+            cumulative = [(le, sum(series.get(m - k * MINUTE_S, 0.0) for k in range(P99_WINDOW_MIN)))
+                          for le, series in per_le.items()]
+            bucket = p99_bucket(cumulative)
+            if bucket is not None:
+                out.p99_bucket[m] = bucket
+                out.p99_s[m] = quantile(cumulative)
