@@ -153,6 +153,11 @@ def _ingest(*, session: Session, source: MetricsSource, hours: list[datetime], s
                 per_fetch = max(1, min(MAX_HOURS_PER_FETCH, SAMPLE_BUDGET * len(group) // max(samples, 1)))
             job = next_group()
             for hour, part in sorted(split_hours(batch).items()):
+                if hour in batch.gaps:  # the source cannot vouch for this hour (e.g. an exporter outage)
+                    _mark_gap(session, from_epoch(hour), batch.gaps[hour], report, now, count_attempt=True)
+                    if progress:
+                        progress(from_epoch(hour), "gap")
+                    continue
                 write_began = time.perf_counter()
                 rollup = attribute_hour(part, hour=hour, policy=policy, scrape_interval_s=scrape_interval_s)
                 with session.begin_nested():

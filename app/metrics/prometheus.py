@@ -26,6 +26,7 @@ from urllib3.util.retry import Retry
 from app.core.errors import Invalid, Unavailable
 from app.metrics.counters import hour_increase
 from app.metrics.promql_http import decode_matrix, get_body
+from app.metrics.presence import LOOKBACK_HOURS, presence_plan
 from app.metrics.serving import services_plan
 from app.core.timeutil import epoch
 from app.metrics.types import OCCUPANCY_METRICS, GpuEnergy, OccupancySeries, SeriesLabels, SourceBatch
@@ -68,6 +69,8 @@ class PrometheusSource:
     # Host regexes; each is queried on its own (a fleet too large for one answer). Empty = one shard.
     host_shards: Sequence[str] = ()
     max_chunk_hours: int = 168
+    # An hour in which a node that reported in these many hours before is silent is a gap (presence.py).
+    outage_lookback_hours: int = LOOKBACK_HOURS
     retries: int = 2
     # When a list is given, every query is appended to it with its duration (for benchmarks).
     log: list[QueryRecord] | None = None
@@ -99,6 +102,8 @@ class PrometheusSource:
             for shard in self.host_shards or (None,):
                 plan += self._occupancy_plan(occupancy, cs, ce, shard)
                 plan += self._energy_plan(energy, cs, ce, shard)
+                reported = " or ".join(_over(shard, "count_over_time", m, "3599999ms") for m in OCCUPANCY_METRICS)
+                plan += presence_plan(batch, cs, ce, reported, self.outage_lookback_hours)
             plan += self._services_plan(batch, cs, ce, policy)
         # One HTTP worker issues the queries back to back (Prometheus sees them one at a time, as
         # if issued alone) while this thread decodes the previous answer.
