@@ -22,7 +22,15 @@ from sqlmodel import Session, select
 from app.core.errors import AppError
 from app.core.timeutil import HOUR, aware, from_epoch, hours_between, utcnow
 from app.metrics.attribution import attribute_hour, split_hours
-from app.metrics.models import BreachMinuteRollup, BreachShare, IngestHour, PoolHourModel, PoolHourRollup, UsageRollup
+from app.metrics.models import (
+    BreachMinuteRollup,
+    BreachShare,
+    IngestHour,
+    PoolHourModel,
+    PoolHourRollup,
+    SlaUnresolvedHour,
+    UsageRollup,
+)
 from app.metrics.types import HourRollup, MetricsSource
 from app.policy.document import PolicyDocument
 from app.policy.service import load_document, version_at
@@ -182,7 +190,7 @@ def replace_hour(session: Session, rollup: HourRollup, version_id: int) -> None:
     hour = from_epoch(rollup.hour)
     breach_ids = select(BreachMinuteRollup.id).where(BreachMinuteRollup.hour == hour)
     session.execute(delete(BreachShare).where(BreachShare.breach_id.in_(breach_ids)))
-    for table in (BreachMinuteRollup, UsageRollup, PoolHourModel, PoolHourRollup):
+    for table in (BreachMinuteRollup, UsageRollup, PoolHourModel, PoolHourRollup, SlaUnresolvedHour):
         session.execute(delete(table).where(table.hour == hour))
     # Plain executemany inserts: building ORM objects for thousands of rows costs more than the writes.
     if rollup.usage:
@@ -202,6 +210,11 @@ def replace_hour(session: Session, rollup: HourRollup, version_id: int) -> None:
                "measured_kwh": m.measured_kwh} for p in rollup.pools for m in p.models]
     if models:
         session.execute(insert(PoolHourModel), models)
+    if rollup.unresolved:
+        session.execute(insert(SlaUnresolvedHour), [
+            {"hour": hour, "service": service, "service_tenant": tenant, "pool": pool, "minutes": minutes}
+            for (service, tenant, pool), minutes in sorted(rollup.unresolved.items())
+        ])
     breaches = [
         BreachMinuteRollup(hour=hour, service=b.service, service_tenant=b.service_tenant, pool=b.pool,
                            minute_end=from_epoch(b.minute_end), p99_ms=b.p99_ms)
