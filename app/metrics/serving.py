@@ -10,11 +10,15 @@ so dark-time and breach minutes do not depend on any engine's `increase`/`rate` 
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 from collections.abc import Callable
+from decimal import Decimal
 
+from app.core.errors import AppError
 from app.metrics.counters import step_increases
-from app.metrics.histograms import p99_bucket, parse_le, quantile
+from app.metrics.histograms import boundaries, p99_bucket, parse_le, quantile
+from app.metrics.promql_http import get_body
 from app.metrics.types import ServiceMinutes, SourceBatch
 from app.policy.document import PolicyDocument
 
@@ -114,3 +118,39 @@ def _fill(batch: SourceBatch, policy: PolicyDocument, first: int, cs: int, ce: i
             if bucket is not None:
                 out.p99_bucket[m] = bucket
                 out.p99_s[m] = quantile(cumulative)
+
+
+# Red-line checks run as an author types: one small query per histogram every few minutes is plenty.
+BUCKET_CACHE_S = 300
+_BUCKET_CACHE: dict[tuple, tuple[float, tuple[Decimal, ...] | None]] = {}
+
+
+def bucket_lookup(url: str, *, timeout_s: float = 10.0, window: str = "1d", at: float | None = None):
+    """A function: latency histogram selector -> its finite `le` boundaries seen over `window` (None when unknown).
+
+    For policy validation's red-line warning and `chargeback doctor`; any failure means "unknown", never an error.
+    """
+    import requests
+
+    def lookup(selector: str) -> tuple[Decimal, ...] | None:
+        key = (url, selector, window, at)
+        cached = _BUCKET_CACHE.get(key)
+        if cached is not None and time.monotonic() - cached[0] < BUCKET_CACHE_S:
+            return cached[1]
+        found = None
+        try:
+            body = get_body(requests.Session(), f"{url.rstrip('/')}/api/v1/query",
+                            {"query": f"group by (le) (last_over_time({selector}[{window}]))",
+                             **({"time": at} if at is not None else {})},
+                            timeout_s=timeout_s, deadline_s=timeout_s)
+            answer = json.loads(body)
+            if answer.get("status") == "success":
+                found = boundaries(str(r["metric"].get("le", "")) for r in answer["data"]["result"]) or None
+        except (AppError, ValueError, KeyError, TypeError, AttributeError):
+            found = None
+        if len(_BUCKET_CACHE) > 256:
+            _BUCKET_CACHE.clear()
+        _BUCKET_CACHE[key] = (time.monotonic(), found)
+        return found
+
+    return lookup
