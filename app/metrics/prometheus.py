@@ -102,8 +102,8 @@ class PrometheusSource:
             for shard in self.host_shards or (None,):
                 plan += self._occupancy_plan(occupancy, cs, ce, shard)
                 plan += self._energy_plan(energy, cs, ce, shard)
-                reported = " or ".join(_over(shard, "count_over_time", m, "3599999ms") for m in OCCUPANCY_METRICS)
-                plan += presence_plan(batch, cs, ce, reported, self.outage_lookback_hours)
+                plan += presence_plan(batch, cs, ce, lambda w, shard=shard: " or ".join(
+                    _over(shard, "count_over_time", m, w) for m in OCCUPANCY_METRICS), self.outage_lookback_hours)
             plan += self._services_plan(batch, cs, ce, policy)
         # One HTTP worker issues the queries back to back (Prometheus sees them one at a time, as
         # if issued alone) while this thread decodes the previous answer.

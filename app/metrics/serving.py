@@ -25,7 +25,6 @@ from app.policy.document import PolicyDocument
 MINUTE_S = 60
 P99_WINDOW_MIN = 5  # P99 over the trailing 5 minutes (SPEC section 4)
 MAX_STEPS = 10_000  # points per series of one query, under Prometheus's 11,000
-SLA_LABEL, SIGNAL_LABEL = "chargeback_sla", "chargeback_signal"
 
 Plan = list[tuple[str, int, int, int, Callable[[list], None]]]
 
@@ -35,55 +34,53 @@ def window_minutes(policy: PolicyDocument) -> int:
     return -(-policy.colocation.idle_window_s // MINUTE_S)
 
 
-def _tagged(selector: str, window: str, service: str, signal: str) -> str:
-    inner = f"last_over_time({selector}[{window}])"  # a plain selector, as the policy requires
-    tagged = f'label_replace({inner}, "{SLA_LABEL}", {json.dumps(service)}, "", "")'
-    return f'label_replace({tagged}, "{SIGNAL_LABEL}", "{signal}", "", "")'
-
-
 def services_plan(batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) -> Plan:
-    """Queries for the minutes (cs, ce] of every SLA; the last answer fills `batch.services`."""
+    """Queries for the minutes (cs, ce] of every SLA; the last answer fills `batch.services`.
+
+    One query per SLA and signal, tagged by the handler rather than by `label_replace` (which
+    Prometheus would apply at every step of every series).
+    """
     if not policy.sla:
         return []
     for sla in policy.sla:
         batch.services.setdefault(sla.service, ServiceMinutes(service=sla.service))
     lookback = max(window_minutes(policy), P99_WINDOW_MIN) * MINUTE_S
     first = cs - lookback  # the first minute end whose increase is needed
-
-    def union(window: str) -> str:
-        return " or ".join(
-            term for sla in policy.sla
-            for term in (_tagged(sla.requests, window, sla.service, "requests"),
-                         _tagged(sla.latency_histogram, window, sla.service, "latency"))
-        )
-
+    signals = [(sla.service, signal, selector) for sla in policy.sla
+               for signal, selector in (("requests", sla.requests), ("latency", sla.latency_histogram))]
     baselines: dict[tuple, float] = {}
     values: dict[tuple, dict[int, float]] = defaultdict(dict)
 
-    def keep_baseline(result: list) -> None:
-        for item in result:
-            baselines[_key(item["metric"])] = float(item["values"][-1][1])
+    def keep_baseline(service: str, signal: str) -> Callable[[list], None]:
+        def handle(result: list) -> None:
+            for item in result:
+                baselines[_key(service, signal, item["metric"])] = float(item["values"][-1][1])
+        return handle
 
-    def keep_values(result: list) -> None:
-        for item in result:
-            values[_key(item["metric"])].update((int(t), float(v)) for t, v in item["values"])
+    def keep_values(service: str, signal: str, finish: bool) -> Callable[[list], None]:
+        def handle(result: list) -> None:
+            for item in result:
+                values[_key(service, signal, item["metric"])].update((int(t), float(v)) for t, v in item["values"])
+            if finish:
+                _fill(batch, policy, first, cs, ce, baselines, values)
+        return handle
 
-    def finish() -> None:
-        _fill(batch, policy, first, cs, ce, baselines, values)
-
+    plan: Plan = []
     # Each series' last value in the hour before the range (a series without one was born in it).
-    plan: Plan = [(union("3599999ms"), first - MINUTE_S, first - MINUTE_S, MINUTE_S, keep_baseline)]
+    for service, signal, selector in signals:
+        plan.append((f"last_over_time({selector}[3599999ms])", first - MINUTE_S, first - MINUTE_S, MINUTE_S,
+                     keep_baseline(service, signal)))
     pieces = list(range(first, ce, MAX_STEPS * MINUTE_S))
     for i, a in enumerate(pieces):
         b = min(a + MAX_STEPS * MINUTE_S, ce)
-        last = i == len(pieces) - 1
-        handle = (lambda r: (keep_values(r), finish())) if last else keep_values
-        plan.append((union("59999ms"), a, b, MINUTE_S, handle))
+        for j, (service, signal, selector) in enumerate(signals):
+            last = i == len(pieces) - 1 and j == len(signals) - 1
+            plan.append((f"last_over_time({selector}[59999ms])", a, b, MINUTE_S, keep_values(service, signal, last)))
     return plan
 
 
-def _key(metric: dict) -> tuple:
-    return tuple(sorted(metric.items()))
+def _key(service: str, signal: str, metric: dict) -> tuple:
+    return (service, signal, tuple(sorted(metric.items())))
 
 
 def _fill(batch: SourceBatch, policy: PolicyDocument, first: int, cs: int, ce: int,
@@ -92,8 +89,7 @@ def _fill(batch: SourceBatch, policy: PolicyDocument, first: int, cs: int, ce: i
     requests: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     buckets: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))  # svc -> le -> t -> n
     for key, points in values.items():
-        labels = dict(key)
-        service, signal = labels.get(SLA_LABEL, ""), labels.get(SIGNAL_LABEL, "")
+        service, signal, labels = key[0], key[1], dict(key[2])
         increases = step_increases(points, baseline=baselines.get(key))
         if signal == "requests":
             target = requests[service]

@@ -21,9 +21,11 @@ def test_hour_increase_without_extrapolation():
     assert hour_increase(before=100, lowest=0, highest=130, last=5, resets=2) is None
 
 
-def test_a_node_is_silent_only_when_none_of_its_gpus_report():
-    seen = {3600: {"n1": {"a", "b"}, "n2": {"c"}}, 7200: {"n1": {"a"}}, 10800: {"exporter-pod-x": {"a", "b"}}}
-    assert silent_nodes(seen, 7200) == ["n2"]
-    assert silent_nodes(seen, 10800) == ["n2"]  # n1's GPUs report under a new Hostname: not an outage
-    assert silent_nodes(seen, 10800, lookback_hours=1) == []
-    assert silent_nodes(seen, 14400 + 3 * 3600) == []  # beyond the look-back a removed node is no longer expected
+def test_a_node_is_expected_only_if_it_was_reporting_at_its_last_hour_end():
+    reported = {3600: {"n1": {"a", "b"}, "n2": {"c"}, "drained": {"d"}}, 7200: {"n1": {"a"}},
+                10800: {"exporter-pod-x": {"a", "b"}}}
+    alive = {3600: {"n1": {"a", "b"}, "n2": {"c"}}, 7200: {"n1": {"a"}}}  # "drained" left mid-hour
+    assert silent_nodes(reported, alive, 7200) == ["n2"]
+    assert silent_nodes(reported, alive, 10800) == ["n2"]  # still out; n1's GPUs report under a new Hostname
+    assert silent_nodes(reported, alive, 10800, lookback_hours=1) == []
+    assert silent_nodes(reported, alive, 14400 + 3 * 3600) == []  # beyond the look-back: no longer expected
