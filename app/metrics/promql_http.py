@@ -76,19 +76,20 @@ def decode_matrix(body: bytes, *, source: str) -> list[dict]:
         raise Unavailable(f"{source} sent a malformed answer: data.result is not a matrix")
     result = data["result"]
     try:
-        texts = set()
+        texts: set = set()
         for item in result:
             metric, values = item["metric"], item["values"]
-            if not isinstance(metric, dict) or not isinstance(values, list):
+            if type(metric) is not dict or type(values) is not list:
                 raise TypeError("metric/values")
-            for t, v in values:
-                if not isinstance(v, str) or not isinstance(t, (int, float)):
-                    raise TypeError("sample")
-                texts.add(v)
+            # Unpacking checks the [t, v] shape at C speed; a timestamp that is not a number fails
+            # where handlers read it, and becomes Unavailable there (PrometheusSource.fetch).
+            texts.update([v for _, v in values])
     except (KeyError, TypeError, ValueError) as exc:
         raise Unavailable(f"{source} sent a malformed answer: a series lacks metric/values pairs") from exc
     # Few distinct value strings in an answer (counts, percentages): each is checked once.
     for text in texts:
+        if type(text) is not str:
+            raise Unavailable(f"{source} sent a malformed answer: value {str(text)[:40]!r} is not a quoted number")
         try:
             value = float(text)
         except ValueError:

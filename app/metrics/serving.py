@@ -60,7 +60,8 @@ def services_plan(batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) 
     def keep_values(service: str, signal: str, finish: bool) -> Callable[[list], None]:
         def handle(result: list) -> None:
             for item in result:
-                values[_key(service, signal, item["metric"])].update((int(t), float(v)) for t, v in item["values"])
+                # Timestamps as JSON gives them: a float and an int of one second hash alike.
+                values[_key(service, signal, item["metric"])].update([(t, float(v)) for t, v in item["values"]])
             if finish:
                 _fill(batch, policy, first, cs, ce, baselines, values)
         return handle
