@@ -67,9 +67,14 @@ def decode_matrix(body: bytes, *, source: str) -> list[dict]:
     if answer.get("status") != "success":
         raise Unavailable(f"{source} answered status {answer.get('status')!r}: "
                           f"{answer.get('errorType', '')} {answer.get('error', '')}".rstrip())
-    warnings = answer.get("warnings")
-    if warnings or answer.get("isPartial"):  # Thanos/Mimir warnings; VictoriaMetrics cluster's isPartial
-        reason = "; ".join(map(str, warnings))[:500] if isinstance(warnings, list) else "isPartial"
+    warnings = answer.get("warnings") or []
+    if not isinstance(warnings, list):
+        warnings = [warnings]
+    # Prometheus's own "PromQL info:" annotations say nothing about completeness; any other warning
+    # (Thanos/Mimir: a store or ingester did not answer) or VictoriaMetrics' isPartial means missing data.
+    serious = [str(w) for w in warnings if not str(w).startswith("PromQL info:")]
+    if serious or answer.get("isPartial"):
+        reason = "; ".join(serious)[:500] if serious else "isPartial"
         raise Unavailable(f"{source} answered a partial response: {reason}")
     data = answer.get("data")
     if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):

@@ -99,8 +99,10 @@ def test_a_dripping_server_during_ingest_is_a_gap(session, policy_id, upstream):
     assert report.gaps == [from_epoch(H)] and "deadline" in status(session, H).last_error
 
 
-def test_a_well_formed_answer_still_reads(upstream):
-    upstream.drip, upstream.answer = False, (200, JSON, matrix("2"))
+@pytest.mark.parametrize("body", [matrix("2"), matrix("2", warnings=["PromQL info: metric might not be a counter"]),
+                                  matrix("2", isPartial=False)])
+def test_a_well_formed_answer_still_reads(upstream, body):
+    upstream.drip, upstream.answer = False, (200, JSON, body)
     try:
         batch = source(upstream.url).fetch(start=from_epoch(H), end=from_epoch(H) + HOUR, policy=mixed_policy())
     except AppError as exc:  # pragma: no cover - a failure message worth reading
