@@ -18,13 +18,13 @@ from app.auth.deps import Principal, require_roles
 from app.core.audit import AuditEntry
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid
+from app.metrics.serving import bucket_lookup
 from app.policy import changes, changes_preview, releases
 from app.policy.models import PolicyVersion
 from app.policy.review_models import ChangeRequest, Release
 from app.policy.service import active_version, get_version, latest_version, list_versions, load_document
 from app.policy.parsing import check_document
 from app.policy.validation import LatencyBuckets
-from app.metrics.serving import bucket_lookup
 
 router = APIRouter(prefix="/policy", tags=["policy"])
 

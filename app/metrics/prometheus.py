@@ -8,6 +8,10 @@ query is chunked so that no series exceeds Prometheus's 11,000 points, and may b
 regex so that one answer never holds the whole of a very large fleet. Queries go out one at a time,
 back to back, from one HTTP worker while the caller's thread decodes the previous answer. The same
 HTTP API is served by Thanos, Mimir and VictoriaMetrics.
+
+Counters (energy, requests, latency buckets) are read as raw window values and their increases
+computed in Python (counters.py, serving.py), so no engine's extrapolation enters; every answer is
+checked and bounded by a deadline (promql_http.py); silent nodes make gaps (presence.py).
 """
 
 from __future__ import annotations
@@ -24,11 +28,11 @@ from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from app.core.errors import Invalid, Unavailable
-from app.metrics.counters import hour_increase
-from app.metrics.promql_http import decode_matrix, get_body
-from app.metrics.presence import LOOKBACK_HOURS, presence_plan
-from app.metrics.serving import services_plan
 from app.core.timeutil import epoch
+from app.metrics.counters import hour_increase
+from app.metrics.presence import LOOKBACK_HOURS, presence_plan
+from app.metrics.promql_http import decode_matrix, get_body
+from app.metrics.serving import services_plan
 from app.metrics.types import OCCUPANCY_METRICS, GpuEnergy, OccupancySeries, SeriesLabels, SourceBatch
 from app.policy.document import PolicyDocument
 
