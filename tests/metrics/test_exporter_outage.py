@@ -1,4 +1,4 @@
-"""Through a real Prometheus: a node whose exporter goes silent makes a gap, not a zero-use hour;
+"""Through a real Prometheus and VictoriaMetrics: a node whose exporter goes silent makes a gap, not a zero-use hour;
 an energy counter that resets mid-hour is read with `increase` semantics, not undercounted."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from tests.metrics.conftest import HOUR, add_policy, status
 from tests.metrics.policies import A100, mixed_policy
 from tests.metrics.scenario import H
 from tests.support.prometheus import PrometheusServer, openmetrics
+from tests.support.victoria import VictoriaMetricsServer
 
 STEP = 30
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -51,14 +52,24 @@ def history() -> str:
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory):
-    with PrometheusServer.backfilled(tmp_path_factory.mktemp("prom-outage"), history()) as server:
-        yield server
+def engines(tmp_path_factory) -> dict[str, str]:
+    """The same blocks served by Prometheus and by VictoriaMetrics (imported before Prometheus opens them)."""
+    root = tmp_path_factory.mktemp("outage")
+    prom = PrometheusServer.backfilled(root / "prom", history())
+    with VictoriaMetricsServer(root / "vm") as vm:
+        vm.load_prometheus_blocks(prom.data)
+        with prom:
+            yield {"prometheus": prom.url, "victoria": vm.url}
 
 
-def test_a_silent_node_and_an_empty_answer_are_gaps_not_zero_use(session, prometheus):
+@pytest.fixture(params=["prometheus", "victoria"])
+def url(request, engines) -> str:
+    return engines[request.param]
+
+
+def test_a_silent_node_and_an_empty_answer_are_gaps_not_zero_use(session, url):
     add_policy(session, mixed_policy(sla=[]))
-    source = PrometheusSource(prometheus.url, scrape_interval_s=STEP, timeout_s=10)
+    source = PrometheusSource(url, scrape_interval_s=STEP, timeout_s=10)
     now = from_epoch(H + 10 * 3600)
     report = ingest_hours(session=session, source=source, start=from_epoch(H), end=from_epoch(H) + 3 * HOUR,
                           scrape_interval_s=STEP, now=now)
@@ -73,9 +84,9 @@ def test_a_silent_node_and_an_empty_answer_are_gaps_not_zero_use(session, promet
         assert not session.exec(select(UsageRollup).where(UsageRollup.hour == from_epoch(hour))).all()
 
 
-def test_an_energy_counter_reset_is_not_undercounted(session, prometheus):
+def test_an_energy_counter_reset_is_not_undercounted(session, url):
     add_policy(session, mixed_policy(sla=[]))
-    source = PrometheusSource(prometheus.url, scrape_interval_s=STEP, timeout_s=10)
+    source = PrometheusSource(url, scrape_interval_s=STEP, timeout_s=10)
     batch = source.fetch(start=from_epoch(H - 3600), end=from_epoch(H + 3600), policy=mixed_policy(sla=[]))
     (gpu,) = batch.energy
     assert gpu.energy_mj[H] == 120e6  # an ordinary hour: 120 samples of 1e6 mJ
