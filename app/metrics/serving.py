@@ -48,22 +48,37 @@ def services_plan(batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) 
     first = cs - lookback  # the first minute end whose increase is needed
     signals = [(sla.service, signal, selector) for sla in policy.sla
                for signal, selector in (("requests", sla.requests), ("latency", sla.latency_histogram))]
-    baselines: dict[tuple, float] = {}
-    values: dict[tuple, dict[int, float]] = defaultdict(dict)
+    # Each series' last value so far (its baseline first); an unknown series was born in the range.
+    last_value: dict[tuple, float] = {}
+    # Increases summed over series as they arrive (no per-series history is kept: memory stays flat).
+    requests: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))  # service -> minute -> n
+    buckets: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))  # service -> le -> minute -> n
 
     def keep_baseline(service: str, signal: str) -> Callable[[list], None]:
         def handle(result: list) -> None:
             for item in result:
-                baselines[_key(service, signal, item["metric"])] = float(item["values"][-1][1])
+                last_value[_key(service, signal, item["metric"])] = float(item["values"][-1][1])
         return handle
 
-    def keep_values(service: str, signal: str, finish: bool) -> Callable[[list], None]:
+    def add_increases(service: str, signal: str, finish: bool) -> Callable[[list], None]:
         def handle(result: list) -> None:
             for item in result:
+                if signal == "requests":
+                    target = requests[service]
+                else:
+                    le = parse_le(item["metric"].get("le", ""))
+                    if le is None:
+                        continue  # _sum/_count or a malformed bucket: not part of the quantile
+                    target = buckets[service][le]
+                key = _key(service, signal, item["metric"])
                 # Timestamps as JSON gives them: a float and an int of one second hash alike.
-                values[_key(service, signal, item["metric"])].update([(t, float(v)) for t, v in item["values"]])
+                points = {t: float(v) for t, v in item["values"]}
+                for t, v in step_increases(points, baseline=last_value.get(key)).items():
+                    if t > first:  # the first step only anchors the series
+                        target[t] += v
+                last_value[key] = points[max(points)] if points else last_value.get(key)
             if finish:
-                _fill(batch, policy, first, cs, ce, baselines, values)
+                _fill(batch, policy, cs, ce, requests, buckets)
         return handle
 
     plan: Plan = []
@@ -76,7 +91,7 @@ def services_plan(batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) 
         b = min(a + MAX_STEPS * MINUTE_S, ce)
         for j, (service, signal, selector) in enumerate(signals):
             last = i == len(pieces) - 1 and j == len(signals) - 1
-            plan.append((f"last_over_time({selector}[59999ms])", a, b, MINUTE_S, keep_values(service, signal, last)))
+            plan.append((f"last_over_time({selector}[59999ms])", a, b, MINUTE_S, add_increases(service, signal, last)))
     return plan
 
 
@@ -84,24 +99,9 @@ def _key(service: str, signal: str, metric: dict) -> tuple:
     return (service, signal, tuple(sorted(metric.items())))
 
 
-def _fill(batch: SourceBatch, policy: PolicyDocument, first: int, cs: int, ce: int,
-          baselines: dict[tuple, float], values: dict[tuple, dict[int, float]]) -> None:
+def _fill(batch: SourceBatch, policy: PolicyDocument, cs: int, ce: int,
+          requests: dict[str, dict[int, float]], buckets: dict[str, dict]) -> None:
     """Per service: requests over the idle window and the P99 bucket of the trailing 5 minutes, per minute."""
-    requests: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
-    buckets: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))  # svc -> le -> t -> n
-    for key, points in values.items():
-        service, signal, labels = key[0], key[1], dict(key[2])
-        increases = step_increases(points, baseline=baselines.get(key))
-        if signal == "requests":
-            target = requests[service]
-        else:
-            le = parse_le(labels.get("le", ""))
-            if le is None:
-                continue  # _sum/_count or a malformed bucket: not part of the quantile
-            target = buckets[service][le]
-        for t, v in increases.items():
-            if t > first:  # the first step only anchors the series
-                target[t] += v
     span = window_minutes(policy)
     for sla in policy.sla:
         out = batch.services[sla.service]
