@@ -15,6 +15,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from decimal import Decimal
 
+import requests
+
 from app.core.errors import AppError
 from app.metrics.counters import step_increases
 from app.metrics.histograms import boundaries, p99_bucket, parse_le, quantile
@@ -127,8 +129,6 @@ def bucket_lookup(url: str, *, timeout_s: float = 10.0, window: str = "1d", at: 
 
     For policy validation's red-line warning and `chargeback doctor`; any failure means "unknown", never an error.
     """
-    import requests
-
     def lookup(selector: str) -> tuple[Decimal, ...] | None:
         key = (url, selector, window, at)
         cached = _BUCKET_CACHE.get(key)
@@ -136,10 +136,11 @@ def bucket_lookup(url: str, *, timeout_s: float = 10.0, window: str = "1d", at: 
             return cached[1]
         found = None
         try:
-            body = get_body(requests.Session(), f"{url.rstrip('/')}/api/v1/query",
-                            {"query": f"group by (le) (last_over_time({selector}[{window}]))",
-                             **({"time": at} if at is not None else {})},
-                            timeout_s=timeout_s, deadline_s=timeout_s)
+            with requests.Session() as session:
+                body = get_body(session, f"{url.rstrip('/')}/api/v1/query",
+                                {"query": f"group by (le) (last_over_time({selector}[{window}]))",
+                                 **({"time": at} if at is not None else {})},
+                                timeout_s=timeout_s, deadline_s=timeout_s)
             answer = json.loads(body)
             if answer.get("status") == "success":
                 found = boundaries(str(r["metric"].get("le", "")) for r in answer["data"]["result"]) or None
