@@ -19,11 +19,13 @@ from app.auth.deps import Principal, require_roles
 from app.core.audit import AuditEntry
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid
+from app.metrics.serving import bucket_lookup
 from app.policy import changes, changes_preview, releases
 from app.policy.models import PolicyVersion
 from app.policy.review_models import ChangeRequest, Release
 from app.policy.service import active_version, get_version, latest_version, list_versions, load_document
 from app.policy.parsing import check_document
+from app.policy.validation import LatencyBuckets
 
 router = APIRouter(prefix="/policy", tags=["policy"])
 
@@ -53,6 +55,22 @@ def measured_peaks(session: SessionDep) -> dict[str, float] | None:
 
 
 PeaksDep = Annotated[dict[str, float] | None, Depends(measured_peaks)]
+
+
+def latency_buckets() -> LatencyBuckets | None:
+    """Bucket boundaries of a latency histogram as Prometheus has them (for red-line warnings); None without Prometheus.
+
+    Tests and other sources override this dependency.
+    """
+    from app.core.settings import get_settings
+
+    settings = get_settings()
+    if not settings.prometheus_url:
+        return None
+    return bucket_lookup(settings.prometheus_url, timeout_s=min(settings.prometheus_timeout_s, 10.0))
+
+
+BucketsDep = Annotated[LatencyBuckets | None, Depends(latency_buckets)]
 
 
 class Body(BaseModel):
@@ -131,7 +149,7 @@ def version_out(version: PolicyVersion, *, active_id: int | None = None, documen
     return out
 
 
-def change_out(session, change: ChangeRequest, *, detail: bool = False, peaks=None) -> dict[str, Any]:
+def change_out(session, change: ChangeRequest, *, detail: bool = False, peaks=None, buckets=None) -> dict[str, Any]:
     out = {
         "id": change.id,
         "title": change.title,
@@ -147,7 +165,7 @@ def change_out(session, change: ChangeRequest, *, detail: bool = False, peaks=No
         "applied_version": change.applied_version_id,
     }
     if detail:
-        _, findings = changes.validation(change, measured_peaks=peaks)
+        _, findings = changes.validation(change, measured_peaks=peaks, latency_buckets=buckets)
         out["document"] = change.document
         out["stale"] = changes.is_stale(session=session, change=change)
         out["errors"] = [e.as_dict() for e in findings if e.severity == "error"]
@@ -232,8 +250,8 @@ def artifacts_zip(number: Id, session: SessionDep, _: Reader) -> Response:
 
 
 @router.post("/validate", summary="Validate a policy document (YAML or JSON text); 422 lists every error by path")
-def validate(body: DocumentIn, _: Reader, peaks: PeaksDep) -> dict:
-    doc, findings = check_document(body.document, measured_peak_mib=peaks)
+def validate(body: DocumentIn, _: Reader, peaks: PeaksDep, buckets: BucketsDep) -> dict:
+    doc, findings = check_document(body.document, measured_peak_mib=peaks, latency_buckets=buckets)
     errors = [e for e in findings if e.severity == "error"]
     if doc is None or errors:
         raise Invalid("the policy document is invalid", errors or [FieldError("document", "does not parse")])
@@ -256,15 +274,17 @@ def create_change(body: ChangeIn, session: SessionDep, user: Operator, peaks: Pe
 
 
 @router.get("/changes/{change_id}", summary="A change request with its validation, diff, comments and decisions")
-def show_change(change_id: Id, session: SessionDep, _: Reader, peaks: PeaksDep) -> dict:
-    return change_out(session, changes.get_change(session=session, change_id=change_id), detail=True, peaks=peaks)
+def show_change(change_id: Id, session: SessionDep, _: Reader, peaks: PeaksDep, buckets: BucketsDep) -> dict:
+    return change_out(session, changes.get_change(session=session, change_id=change_id), detail=True, peaks=peaks,
+                      buckets=buckets)
 
 
 @router.get("/changes/{change_id}/preview", summary="Validation, diff, capacity impact and invoice impact")
-def preview_change(change_id: Id, session: SessionDep, _: Reader, peaks: PeaksDep,
+def preview_change(change_id: Id, session: SessionDep, _: Reader, peaks: PeaksDep, buckets: BucketsDep,
                    month: Annotated[str | None, Query(description="Billing month to re-rate, YYYY-MM (default: last month)")] = None) -> dict:
     change = changes.get_change(session=session, change_id=change_id)
-    return changes_preview.preview(session=session, change=change, measured_peaks=peaks, month=month)
+    return changes_preview.preview(session=session, change=change, measured_peaks=peaks, month=month,
+                                   latency_buckets=buckets)
 
 
 @router.patch("/changes/{change_id}", summary="Edit a draft (author only; 409 once submitted)")

@@ -28,6 +28,8 @@ class Settings(BaseSettings):
     # Worker: how long after an hour ends before it is ingested (Prometheus scrape + rule lag).
     ingest_delay_s: int = 120
     prometheus_timeout_s: float = 60.0
+    # Wall-clock limit for one query's whole answer (the timeout above bounds each socket read only).
+    prometheus_deadline_s: float = 300.0
     # Policy change requests: approvals needed from reviewers other than the author (four eyes).
     required_approvals: int = 1
     # Request bodies above this are refused with 413 before any work (policy documents are at most 1M characters).

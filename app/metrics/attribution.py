@@ -15,6 +15,7 @@ from collections import defaultdict
 from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 
+from app.metrics.histograms import BREACH, CLEAR, UNRESOLVED, verdict
 from app.metrics.types import (
     OCCUPANCY_METRICS,
     BreachMinute,
@@ -135,22 +136,48 @@ def _energy_rows(batch: SourceBatch, hour_end: int, pool_gpus: dict[str, dict[tu
     return out
 
 
-def _breach_minutes(batch: SourceBatch, lo: int, hi: int, policy: PolicyDocument) -> list[tuple]:
-    """(sla, minute end, P99 in ms) for every minute of (lo, hi] whose P99 exceeds the SLA's red line."""
-    out = []
+def _sla_verdicts(batch: SourceBatch, lo: int, hi: int, policy: PolicyDocument):
+    """(sla, minute end, verdict, P99 in seconds) for every minute of (lo, hi] with traffic in its P99 window.
+
+    The P99 bucket decides where the source gives one (see `histograms`); a source that only gives
+    a P99 value (no buckets) is compared as is.
+    """
     for sla in policy.sla:
         service = batch.services.get(sla.service)
         if service is None:
             continue
-        for m in sorted(t for t in service.p99_s if lo < t <= hi):
-            p99 = service.p99_s[m]
+        red_line_s = Decimal(sla.p99_ms) / 1000
+        for m in sorted(t for t in service.p99_s.keys() | service.p99_bucket.keys() if lo < t <= hi):
+            p99 = service.p99_s.get(m)
+            bucket = service.p99_bucket.get(m)
+            if bucket is not None:
+                yield sla, m, verdict(bucket, red_line_s), p99
+                continue
             if p99 is None or math.isnan(p99):
                 continue  # no traffic in the trailing 5 minutes: nothing to breach
-            exact_ms = None if math.isinf(p99) else Decimal(repr(p99)) * 1000
-            if exact_ms is not None and not exact_ms > sla.p99_ms:
-                continue
-            p99_ms = P99_MS_MAX if exact_ms is None else min(exact_ms.quantize(MILLI, ROUND_HALF_EVEN), P99_MS_MAX)
-            out.append((sla, m, p99_ms))
+            above = math.isinf(p99) or Decimal(repr(p99)) > red_line_s
+            yield sla, m, BREACH if above else CLEAR, p99
+
+
+def _breach_minutes(batch: SourceBatch, lo: int, hi: int, policy: PolicyDocument) -> list[tuple]:
+    """(sla, minute end, P99 in ms) for every minute of (lo, hi] whose P99 bucket lies above the SLA's red line."""
+    out = []
+    for sla, m, outcome, p99 in _sla_verdicts(batch, lo, hi, policy):
+        if outcome != BREACH:
+            continue
+        exact_ms = None if p99 is None or not math.isfinite(p99) else Decimal(repr(p99)) * 1000
+        p99_ms = P99_MS_MAX if exact_ms is None else min(exact_ms.quantize(MILLI, ROUND_HALF_EVEN), P99_MS_MAX)
+        out.append((sla, m, p99_ms))
+    return out
+
+
+def unresolved_minutes(batch: SourceBatch, lo: int, hi: int, policy: PolicyDocument) -> dict[tuple[str, str, str], int]:
+    """(service, tenant, pool) -> minutes of (lo, hi] whose P99 bucket straddles the red line (never billed)."""
+    out: dict[tuple[str, str, str], int] = {}
+    for sla, _, outcome, _ in _sla_verdicts(batch, lo, hi, policy):
+        if outcome == UNRESOLVED:
+            key = (sla.service, sla.tenant, sla.pool)
+            out[key] = out.get(key, 0) + 1
     return out
 
 
@@ -300,7 +327,8 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
                                      for tenant, v in sorted(colocated.get((sla.pool, m), {}).items()) if v > 0))
         for sla, m, p99_ms in breaches
     ]
-    return HourRollup(hour=hour, usage=rows, pools=pool_rows, breaches=breach_rows)
+    return HourRollup(hour=hour, usage=rows, pools=pool_rows, breaches=breach_rows,
+                      unresolved=unresolved_minutes(batch, lo, hi, policy))
 
 
 def hour_of(t: int) -> int:
@@ -350,4 +378,7 @@ def split_hours(batch: SourceBatch) -> dict[int, SourceBatch]:
         for t, v in svc.p99_s.items():
             if hour_of(t) in out:
                 out[hour_of(t)].services[name].p99_s[t] = v
+        for t, v in svc.p99_bucket.items():
+            if hour_of(t) in out:
+                out[hour_of(t)].services[name].p99_bucket[t] = v
     return out

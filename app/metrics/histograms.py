@@ -99,3 +99,21 @@ def verdict(bucket: tuple[Decimal, Decimal], red_line_s: Decimal | float | int |
     if upper <= red:
         return CLEAR
     return UNRESOLVED
+
+
+def red_line_finding(bounds: Sequence[Decimal], red_line_ms: Decimal | int | str) -> str | None:
+    """Why a red line cannot be judged by these buckets, naming the nearest boundaries; None when it can."""
+    red_s = Decimal(str(red_line_ms)) / 1000
+    if not bounds or resolvable(bounds, red_s):
+        return None
+    below, above = nearest_boundaries(bounds, red_s)
+    lower = below if below is not None else Decimal(0)
+    inside = f"({_ms(lower)}, {_ms(above)}] ms" if above is not None else f"above {_ms(lower)} ms (the +Inf bucket)"
+    nearest = " or ".join(f"{_ms(b)} ms" for b in (below, above) if b is not None)
+    return (f"red line {_ms(red_s)} ms is not a bucket boundary of the latency histogram: minutes whose P99 falls in "
+            f"the bucket {inside} are unresolved (neither breach nor clear, never billed); the nearest boundaries are "
+            f"{nearest}")
+
+
+def _ms(seconds: Decimal) -> str:
+    return f"{(seconds * 1000).normalize():f}"

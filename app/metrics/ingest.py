@@ -22,7 +22,15 @@ from sqlmodel import Session, select
 from app.core.errors import AppError
 from app.core.timeutil import HOUR, aware, from_epoch, hours_between, utcnow
 from app.metrics.attribution import attribute_hour, split_hours
-from app.metrics.models import BreachMinuteRollup, BreachShare, IngestHour, PoolHourModel, PoolHourRollup, UsageRollup
+from app.metrics.models import (
+    BreachMinuteRollup,
+    BreachShare,
+    IngestHour,
+    PoolHourModel,
+    PoolHourRollup,
+    SlaUnresolvedHour,
+    UsageRollup,
+)
 from app.metrics.types import HourRollup, MetricsSource
 from app.policy.document import PolicyDocument
 from app.policy.service import load_document, version_at
@@ -153,6 +161,11 @@ def _ingest(*, session: Session, source: MetricsSource, hours: list[datetime], s
                 per_fetch = max(1, min(MAX_HOURS_PER_FETCH, SAMPLE_BUDGET * len(group) // max(samples, 1)))
             job = next_group()
             for hour, part in sorted(split_hours(batch).items()):
+                if hour in batch.gaps:  # the source cannot vouch for this hour (e.g. an exporter outage)
+                    _mark_gap(session, from_epoch(hour), batch.gaps[hour], report, now, count_attempt=True)
+                    if progress:
+                        progress(from_epoch(hour), "gap")
+                    continue
                 write_began = time.perf_counter()
                 rollup = attribute_hour(part, hour=hour, policy=policy, scrape_interval_s=scrape_interval_s)
                 with session.begin_nested():
@@ -177,7 +190,7 @@ def replace_hour(session: Session, rollup: HourRollup, version_id: int) -> None:
     hour = from_epoch(rollup.hour)
     breach_ids = select(BreachMinuteRollup.id).where(BreachMinuteRollup.hour == hour)
     session.execute(delete(BreachShare).where(BreachShare.breach_id.in_(breach_ids)))
-    for table in (BreachMinuteRollup, UsageRollup, PoolHourModel, PoolHourRollup):
+    for table in (BreachMinuteRollup, UsageRollup, PoolHourModel, PoolHourRollup, SlaUnresolvedHour):
         session.execute(delete(table).where(table.hour == hour))
     # Plain executemany inserts: building ORM objects for thousands of rows costs more than the writes.
     if rollup.usage:
@@ -197,6 +210,11 @@ def replace_hour(session: Session, rollup: HourRollup, version_id: int) -> None:
                "measured_kwh": m.measured_kwh} for p in rollup.pools for m in p.models]
     if models:
         session.execute(insert(PoolHourModel), models)
+    if rollup.unresolved:
+        session.execute(insert(SlaUnresolvedHour), [
+            {"hour": hour, "service": service, "service_tenant": tenant, "pool": pool, "minutes": minutes}
+            for (service, tenant, pool), minutes in sorted(rollup.unresolved.items())
+        ])
     breaches = [
         BreachMinuteRollup(hour=hour, service=b.service, service_tenant=b.service_tenant, pool=b.pool,
                            minute_end=from_epoch(b.minute_end), p99_ms=b.p99_ms)

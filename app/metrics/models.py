@@ -90,3 +90,15 @@ class BreachShare(SQLModel, table=True):
     breach_id: int = Field(foreign_key="breach_minute.id", primary_key=True, ondelete="CASCADE")
     tenant: str = Field(primary_key=True)
     gpu_seconds: Decimal = Field(sa_column=Column(GPU_SECONDS, nullable=False))
+
+
+class SlaUnresolvedHour(SQLModel, table=True):
+    """Minutes of one service-hour whose P99 bucket straddles the red line: neither breach nor clear, never billed."""
+
+    __tablename__ = "sla_unresolved_hour"
+
+    hour: datetime = Field(primary_key=True)
+    service: str = Field(primary_key=True)
+    service_tenant: str
+    pool: str
+    minutes: int

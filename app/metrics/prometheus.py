@@ -8,6 +8,10 @@ query is chunked so that no series exceeds Prometheus's 11,000 points, and may b
 regex so that one answer never holds the whole of a very large fleet. Queries go out one at a time,
 back to back, from one HTTP worker while the caller's thread decodes the previous answer. The same
 HTTP API is served by Thanos, Mimir and VictoriaMetrics.
+
+Counters (energy, requests, latency buckets) are read as raw window values and their increases
+computed in Python (counters.py, serving.py), so no engine's extrapolation enters; every answer is
+checked and bounded by a deadline (promql_http.py); silent nodes make gaps (presence.py).
 """
 
 from __future__ import annotations
@@ -25,7 +29,11 @@ from urllib3.util.retry import Retry
 
 from app.core.errors import Invalid, Unavailable
 from app.core.timeutil import epoch
-from app.metrics.types import OCCUPANCY_METRICS, GpuEnergy, OccupancySeries, SeriesLabels, ServiceMinutes, SourceBatch
+from app.metrics.counters import hour_increase
+from app.metrics.presence import LOOKBACK_HOURS, presence_plan
+from app.metrics.promql_http import decode_matrix, get_body
+from app.metrics.serving import services_plan
+from app.metrics.types import OCCUPANCY_METRICS, GpuEnergy, OccupancySeries, SeriesLabels, SourceBatch
 from app.policy.document import PolicyDocument
 
 MAX_POINTS = 11_000
@@ -60,10 +68,13 @@ class PrometheusSource:
 
     url: str
     scrape_interval_s: int = 30
-    timeout_s: float = 60.0
+    timeout_s: float = 60.0  # per connect / socket read
+    deadline_s: float = 300.0  # per query, wall clock: a dripping server cannot hang ingestion
     # Host regexes; each is queried on its own (a fleet too large for one answer). Empty = one shard.
     host_shards: Sequence[str] = ()
     max_chunk_hours: int = 168
+    # An hour in which a node that reported in these many hours before is silent is a gap (presence.py).
+    outage_lookback_hours: int = LOOKBACK_HOURS
     retries: int = 2
     # When a list is given, every query is appended to it with its duration (for benchmarks).
     log: list[QueryRecord] | None = None
@@ -95,6 +106,8 @@ class PrometheusSource:
             for shard in self.host_shards or (None,):
                 plan += self._occupancy_plan(occupancy, cs, ce, shard)
                 plan += self._energy_plan(energy, cs, ce, shard)
+                plan += presence_plan(batch, cs, ce, lambda w, shard=shard: " or ".join(
+                    _over(shard, "count_over_time", m, w) for m in OCCUPANCY_METRICS), self.outage_lookback_hours)
             plan += self._services_plan(batch, cs, ce, policy)
         # One HTTP worker issues the queries back to back (Prometheus sees them one at a time, as
         # if issued alone) while this thread decodes the previous answer.
@@ -107,7 +120,11 @@ class PrometheusSource:
                     del body
                     if self.log is not None:
                         self.log.append(QueryRecord(query, a, b, st, seconds, len(result)))
-                    handle(result)
+                    try:
+                        handle(result)
+                    except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
+                        raise Unavailable(f"Prometheus at {self.url} sent an answer that cannot be read "
+                                          f"({type(exc).__name__}: {exc}) for {query[:120]}") from exc
             finally:
                 for future in futures:
                     future.cancel()
@@ -151,95 +168,63 @@ class PrometheusSource:
         return plan
 
     def _energy_plan(self, out: dict[tuple, GpuEnergy], cs: int, ce: int, shard: str | None) -> list:
-        firsts: dict[tuple, dict[int, float]] = {}
+        # The counter's hourly extremes and resets; the increase is computed in Python (counters.py),
+        # so a reset hour is not undercounted and no engine's extrapolation enters.
+        extremes: dict[str, dict[tuple, dict[int, float]]] = {"min": {}, "max": {}, "resets": {}}
 
-        def first_values(result: list) -> None:
-            firsts.update({_gpu_key(i["metric"]): {int(t): float(v) for t, v in i["values"]} for i in result})
+        def keep(kind: str) -> Callable[[list], None]:
+            def handle(result: list) -> None:
+                extremes[kind].update({_gpu_key(i["metric"]): {int(t): float(v) for t, v in i["values"]} for i in result})
+            return handle
 
         def deltas(result: list) -> None:
             for item in result:
-                gpu = _gpu(out, item["metric"])
+                key = _gpu_key(item["metric"])
                 last = {int(t): float(v) for t, v in item["values"]}
-                first = firsts.get(_gpu_key(item["metric"]), {})
+                lows, highs, resets = (extremes[k].get(key, {}) for k in ("min", "max", "resets"))
+                gpu = _gpu(out, item["metric"])
                 for t, value in last.items():
-                    if t <= cs:
+                    if t <= cs or t not in lows:
                         continue
-                    before = last.get(t - HOUR_S)
-                    # Delta between consecutive hour ends; within the hour when the GPU appeared
-                    # in it or the counter was reset (driver restart).
-                    if before is not None and value >= before:
-                        gpu.energy_mj[t] = value - before
-                    elif t in first and value >= first[t]:
-                        gpu.energy_mj[t] = value - first[t]
+                    delta = hour_increase(before=last.get(t - HOUR_S), lowest=lows[t], highest=highs.get(t, value),
+                                          last=value, resets=int(resets.get(t, 0)))
+                    if delta is not None:
+                        gpu.energy_mj[t] = delta
 
         def power(result: list) -> None:
             for item in result:
                 _gpu(out, item["metric"]).power_w.update({int(t): float(v) for t, v in item["values"]})
 
+        def hourly(func: str, metric: str = ENERGY, agg: str = "max") -> str:
+            return f"{agg} by ({GPU_LABELS}) ({_over(shard, func, metric, '3599999ms')})"
+
         return [
-            (f"min by ({GPU_LABELS}) ({_over(shard, 'min_over_time', ENERGY, '3599999ms')})", cs + HOUR_S, ce, HOUR_S,
-             first_values),
+            (hourly("min_over_time", agg="min"), cs + HOUR_S, ce, HOUR_S, keep("min")),
+            (hourly("max_over_time"), cs + HOUR_S, ce, HOUR_S, keep("max")),
+            (hourly("resets"), cs + HOUR_S, ce, HOUR_S, keep("resets")),
             # The counter's last value at each hour end, from the hour before the chunk onwards.
-            (f"max by ({GPU_LABELS}) ({_over(shard, 'max_over_time', ENERGY, '3599999ms')})", cs, ce, HOUR_S, deltas),
-            (f"max by ({GPU_LABELS}) ({_over(shard, 'avg_over_time', POWER, '3599999ms')})", cs + HOUR_S, ce, HOUR_S,
-             power),
+            (hourly("last_over_time"), cs, ce, HOUR_S, deltas),
+            (hourly("avg_over_time", POWER), cs + HOUR_S, ce, HOUR_S, power),
         ]
 
     def _services_plan(self, batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) -> list:
-        if not policy.sla:
-            return []
-        window = policy.colocation.idle_window_s
-        # One query per signal for all services: each term is labelled with its service name.
-        requests_q = " or ".join(
-            f'label_replace(sum(increase({sla.requests}[{window}s])), "service", {json.dumps(sla.service)}, "", "")'
-            for sla in policy.sla
-        )
-        p99_q = " or ".join(
-            f'label_replace(histogram_quantile(0.99, sum by (le) (rate({sla.latency_histogram}[5m]))), '
-            f'"service", {json.dumps(sla.service)}, "", "")'
-            for sla in policy.sla
-        )
-        for sla in policy.sla:
-            batch.services.setdefault(sla.service, ServiceMinutes(service=sla.service))
-
-        def requests_in_window(result: list) -> None:
-            for item in result:
-                svc = batch.services.get(item["metric"].get("service", ""))
-                if svc is not None:
-                    svc.requests_in_window.update((int(t), float(v)) for t, v in item["values"])
-
-        def p99(result: list) -> None:
-            for item in result:
-                svc = batch.services.get(item["metric"].get("service", ""))
-                if svc is not None:
-                    svc.p99_s.update((int(t), float(v)) for t, v in item["values"])
-
-        return [(requests_q, cs + MINUTE_S, ce, MINUTE_S, requests_in_window), (p99_q, cs + MINUTE_S, ce, MINUTE_S, p99)]
+        return services_plan(batch, cs, ce, policy)
 
     def _get(self, query: str, start: int, end: int, step: int) -> tuple[bytes, float]:
-        """One query_range over the client's session; connection errors, timeouts and 5xx become `Unavailable`.
+        """One query_range over the client's session, within the total deadline (see promql_http).
 
         The body is returned undecoded so that the HTTP worker can send the next query at once
         (custom_query_range would decode it first, keeping Prometheus idle meanwhile).
         """
         began = time.perf_counter()
-        try:
-            response = self._session.get(f"{self.client.url}/api/v1/query_range",
-                                         params={"query": query, "start": start, "end": end, "step": step},
-                                         headers=self.client.headers, auth=self.client.auth, timeout=self.timeout_s)
-        except requests.RequestException as exc:
-            raise Unavailable(f"Prometheus at {self.url} did not answer: {type(exc).__name__}") from exc
-        if response.status_code >= 500:
-            raise Unavailable(f"Prometheus at {self.url} failed: HTTP {response.status_code} {response.text[:300]}")
-        if response.status_code != 200:
-            raise Invalid(f"Prometheus rejected a query (HTTP {response.status_code}): {response.text[:300]}")
-        return response.content, time.perf_counter() - began
+        body = get_body(self._session, f"{self.client.url}/api/v1/query_range",
+                        {"query": query, "start": start, "end": end, "step": step}, timeout_s=self.timeout_s,
+                        deadline_s=self.deadline_s, headers=self.client.headers, auth=self.client.auth)
+        return body, time.perf_counter() - began
 
     def _decode(self, body: bytes) -> list[dict]:
-        try:
-            return json.loads(body)["data"]["result"]
-        except (ValueError, KeyError, TypeError) as exc:  # not the API's JSON (a proxy's error page)
-            raise Unavailable(f"Prometheus at {self.url} sent an unreadable answer") from exc
+        """The answer's series, or `Unavailable` when it is not a complete, well-formed matrix."""
+        return decode_matrix(body, source=f"Prometheus at {self.url}")
 
 
 def _count(value: str) -> int:

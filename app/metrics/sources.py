@@ -12,7 +12,7 @@ def get_source(settings: Settings) -> MetricsSource:
         from app.metrics.prometheus import PrometheusSource
 
         return PrometheusSource(settings.prometheus_url, scrape_interval_s=settings.scrape_interval_s,
-                                timeout_s=settings.prometheus_timeout_s)
+                                timeout_s=settings.prometheus_timeout_s, deadline_s=settings.prometheus_deadline_s)
     from app.metrics.simulator import Simulator
 
     return Simulator(seed=settings.simulator_seed, gpus=settings.simulator_gpus,

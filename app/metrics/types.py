@@ -67,6 +67,8 @@ class ServiceMinutes:
     service: str
     requests_in_window: dict[int, float] = field(default_factory=dict)  # minute end -> requests over trailing idle window
     p99_s: dict[int, float] = field(default_factory=dict)  # minute end -> P99 over trailing 5 m (seconds); absent = no traffic
+    # minute end -> (lower, upper] bucket holding that P99, in seconds: what decides a breach when present
+    p99_bucket: dict[int, tuple[Decimal, Decimal]] = field(default_factory=dict)
 
 
 @dataclass
@@ -76,6 +78,9 @@ class SourceBatch:
     occupancy: list[OccupancySeries] = field(default_factory=list)
     energy: list[GpuEnergy] = field(default_factory=list)
     services: dict[str, ServiceMinutes] = field(default_factory=dict)
+    # hour start -> why the source cannot vouch for that hour (e.g. a node's exporter went silent):
+    # ingestion records these hours as gaps instead of rolling them up.
+    gaps: dict[int, str] = field(default_factory=dict)
 
 
 class MetricsSource(Protocol):
@@ -131,3 +136,5 @@ class HourRollup:
     usage: list[UsageRow] = field(default_factory=list)
     pools: list[PoolHour] = field(default_factory=list)
     breaches: list[BreachMinute] = field(default_factory=list)
+    # (service, service tenant, pool) -> minutes whose P99 bucket straddles the red line: not billed, shown
+    unresolved: dict[tuple[str, str, str], int] = field(default_factory=dict)

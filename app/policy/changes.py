@@ -243,9 +243,11 @@ def set_field(*, session: Session, change_id: int, actor: str, path: str, value:
     return update_change(session=session, change_id=change_id, actor=actor, document=dump_yaml(edited))
 
 
-def validation(change: ChangeRequest, *, measured_peaks: Mapping[str, float] | None = None) -> tuple[PolicyDocument | None, list[FieldError]]:
+def validation(change: ChangeRequest, *, measured_peaks: Mapping[str, float] | None = None,
+               latency_buckets=None) -> tuple[PolicyDocument | None, list[FieldError]]:
     """The request's document parsed and validated: (document or None, errors and warnings)."""
-    return check_document(change.document, measured_peak_mib=dict(measured_peaks) if measured_peaks is not None else None)
+    return check_document(change.document, measured_peak_mib=dict(measured_peaks) if measured_peaks is not None else None,
+                          latency_buckets=latency_buckets)
 
 
 def submit(*, session: Session, change_id: int, actor: str, measured_peaks: Mapping[str, float] | None = None) -> ChangeRequest:

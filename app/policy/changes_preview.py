@@ -162,10 +162,11 @@ def price_impact(*, session: Session, base: PolicyDocument, doc: PolicyDocument,
 
 
 def preview(
-    *, session: Session, change: ChangeRequest, measured_peaks: Mapping[str, float] | None = None, month: str | None = None
+    *, session: Session, change: ChangeRequest, measured_peaks: Mapping[str, float] | None = None, month: str | None = None,
+    latency_buckets=None,
 ) -> dict:
     """Validation, semantic diff, capacity impact and (for a price change) the invoice impact of a request."""
-    doc, findings = validation(change, measured_peaks=measured_peaks)
+    doc, findings = validation(change, measured_peaks=measured_peaks, latency_buckets=latency_buckets)
     base = load_document(get_version(session=session, number=change.base_version_id))
     out: dict[str, Any] = {
         "valid": doc is not None and not any(e.severity == "error" for e in findings),

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from app.core.errors import FieldError, Invalid
 from app.policy.document import PolicyDocument
-from app.policy.validation import path_of, validate
+from app.policy.validation import LatencyBuckets, path_of, validate
 
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser is ~10x faster
@@ -186,13 +186,14 @@ def _build(text: str) -> PolicyDocument:
         raise Invalid("the policy document is invalid", pydantic_errors(exc)) from None
 
 
-def check_document(text: str, *, measured_peak_mib: dict[str, float] | None = None) -> tuple[PolicyDocument | None, list[FieldError]]:
+def check_document(text: str, *, measured_peak_mib: dict[str, float] | None = None,
+                   latency_buckets: LatencyBuckets | None = None) -> tuple[PolicyDocument | None, list[FieldError]]:
     """Parse and validate without raising: (document or None, every error and warning)."""
     try:
         doc = _build(text)
     except Invalid as exc:
         return None, exc.errors
-    return doc, validate(doc, measured_peak_mib=measured_peak_mib)
+    return doc, validate(doc, measured_peak_mib=measured_peak_mib, latency_buckets=latency_buckets)
 
 
 def parse_document(text: str) -> PolicyDocument:

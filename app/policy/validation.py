@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel
 
 from app.core.errors import FieldError
+from app.metrics.histograms import red_line_finding
 from app.policy import gpus
 from app.policy.document import UNALLOCATED, UNPOOLED, Pool, PolicyDocument
 
@@ -62,7 +64,12 @@ class _Report:
             self.error(path, "must be between 0 and 1")
 
 
-def validate(doc: PolicyDocument, *, measured_peak_mib: dict[str, float] | None = None) -> list[FieldError]:
+# Latency histogram selector -> its finite bucket boundaries (seconds) as the metrics store has them; None: unknown.
+LatencyBuckets = Callable[[str], Sequence[Decimal] | None]
+
+
+def validate(doc: PolicyDocument, *, measured_peak_mib: dict[str, float] | None = None,
+             latency_buckets: LatencyBuckets | None = None) -> list[FieldError]:
     """All cross-field problems of a parsed document, errors and warnings, each with its field path."""
     report = _Report()
     _magnitudes(doc, report)
@@ -71,6 +78,7 @@ def validate(doc: PolicyDocument, *, measured_peak_mib: dict[str, float] | None 
     _pools(doc, report)
     _pricing(doc, report)
     _slas(doc, report)
+    _sla_buckets(doc, report, latency_buckets)
     _colocation(doc, report)
     _priorities(doc, report)
     _eviction_order(doc, report)
@@ -198,6 +206,17 @@ def _slas(doc: PolicyDocument, report: _Report) -> None:
             report.error(path_of("sla", i, "p99_ms"), f"must be above 0 and at most {MAX_P99_MS} ms")
         if sla.penalty_per_breach_minute < 0:
             report.error(path_of("sla", i, "penalty_per_breach_minute"), "must be at least 0")
+
+
+def _sla_buckets(doc: PolicyDocument, report: _Report, latency_buckets: LatencyBuckets | None) -> None:
+    # A red line inside a bucket leaves every minute whose P99 lands there unresolved (not billed).
+    if latency_buckets is None:
+        return
+    for i, sla in enumerate(doc.sla):
+        bounds = latency_buckets(sla.latency_histogram)
+        finding = red_line_finding(bounds, sla.p99_ms) if bounds else None
+        if finding:
+            report.warning(path_of("sla", i, "p99_ms"), finding)
 
 
 def _colocation(doc: PolicyDocument, report: _Report) -> None:

@@ -15,7 +15,14 @@ from app.billing.pricing import PriceSheet
 from app.billing.types import LineKind
 from app.core.errors import NotFound
 from app.core.timeutil import aware
-from app.metrics.models import BreachMinuteRollup, BreachShare, PoolHourModel, PoolHourRollup, UsageRollup
+from app.metrics.models import (
+    BreachMinuteRollup,
+    BreachShare,
+    PoolHourModel,
+    PoolHourRollup,
+    SlaUnresolvedHour,
+    UsageRollup,
+)
 from app.metrics.types import ModelEnergy
 from app.policy.document import PolicyDocument
 from app.web.dashboard_queries import ZERO, DayOf, day_column, days_of
@@ -34,6 +41,8 @@ class ServiceSla:
     daily: list[int] = field(default_factory=list)  # breach minutes per day of the range
     penalties_paid: Decimal = ZERO  # charged to co-located tenants (rated months overlapping the range)
     unattributed: Decimal = ZERO  # breaches with nobody co-located
+    # Minutes whose P99 bucket straddles the red line: the histogram cannot tell, so they are not billed.
+    unresolved: int = 0
 
     @property
     def minutes(self) -> int:
@@ -64,6 +73,14 @@ def services(*, session: Session, period: DateRange, doc: PolicyDocument | None,
         i = index.get(day_of(hour))
         if i is not None:
             s.daily[i] += int(count)
+    unresolved = session.exec(
+        select(SlaUnresolvedHour.service, SlaUnresolvedHour.service_tenant, SlaUnresolvedHour.pool,
+               func.sum(SlaUnresolvedHour.minutes))
+        .where(SlaUnresolvedHour.hour >= period.start_utc, SlaUnresolvedHour.hour < period.end_utc)
+        .group_by(SlaUnresolvedHour.service, SlaUnresolvedHour.service_tenant, SlaUnresolvedHour.pool)
+    )
+    for service, tenant, pool, minutes in unresolved:
+        found.setdefault(service, ServiceSla(service, tenant, pool, None, None)).unresolved = int(minutes or 0)
     out = []
     for s in found.values():
         if tenants is not None and s.tenant not in tenants:

@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from starlette.responses import RedirectResponse, Response
 
-from app.api.policy import MAX_ID, READERS, Id, PeaksDep
+from app.api.policy import MAX_ID, READERS, BucketsDep, Id, PeaksDep
 from app.auth.deps import Principal, require_roles
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid
@@ -130,18 +130,18 @@ def change_create(request: Request, session: SessionDep, user: Operator, title: 
 
 
 @router.post("/validate")
-def validate_fragment(request: Request, user: Reader, peaks: PeaksDep, document: Text = "") -> Response:
+def validate_fragment(request: Request, user: Reader, peaks: PeaksDep, buckets: BucketsDep, document: Text = "") -> Response:
     """The editor's live check: always 200, with an errors-and-warnings fragment."""
     if len(document) > changes.MAX_DOCUMENT_CHARS:
         findings, parsed = [FieldError("document", f"at most {changes.MAX_DOCUMENT_CHARS} characters")], False
     else:
-        doc, findings = check_document(document, measured_peak_mib=peaks)
+        doc, findings = check_document(document, measured_peak_mib=peaks, latency_buckets=buckets)
         parsed = doc is not None
     return render(request, "policy/_validation.html", {"findings": findings, "parsed": parsed}, block=None)
 
 
 @router.get("/changes/{change_id}")
-def change_page(change_id: Id, request: Request, session: SessionDep, user: Reader, peaks: PeaksDep,
+def change_page(change_id: Id, request: Request, session: SessionDep, user: Reader, peaks: PeaksDep, buckets: BucketsDep,
                 month: str | None = None) -> Response:
     change = changes.get_change(session=session, change_id=change_id)
     from sqlmodel import select
@@ -150,7 +150,8 @@ def change_page(change_id: Id, request: Request, session: SessionDep, user: Read
     context = {
         "title": f"Change request #{change.id}",
         "change": change,
-        "preview": changes_preview.preview(session=session, change=change, measured_peaks=peaks, month=month),
+        "preview": changes_preview.preview(session=session, change=change, measured_peaks=peaks, month=month,
+                                           latency_buckets=buckets),
         "comments": changes.comments(session=session, change_id=change.id),
         "decisions": changes.decisions(session=session, change_id=change.id),
         "release_id": link.release_id if link else None,

@@ -11,7 +11,7 @@ import sqlmodel
 
 
 revision = '0007'
-down_revision = '0004'
+down_revision = '0006'
 branch_labels = None
 depends_on = None
 

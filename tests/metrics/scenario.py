@@ -10,7 +10,7 @@ last hour + 5 min:
   vision-train with `workload_class=preprocessing` until H+40 min, then nobody.
 - stray-01 (in no pool): data-prep/etl-s during H's first 10 minutes.
 - search-chat: 2 req/s until H+30 min, then none (dark from the minute ending H+33 min);
-  slow requests (0.25-0.5 s bucket) in the samples H+10:30 .. H+15:00 -> breach minutes H+11 .. H+19.
+  slow requests (vLLM's 0.5-0.8 s bucket) in the samples H+10:30 .. H+15:00 -> breach minutes H+11 .. H+19.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from app.metrics.attribution import quantize_micro
+from app.metrics.histograms import VLLM_E2E_LATENCY_S
 from tests.metrics.policies import A100, RTX4090
 from tests.support.prometheus import openmetrics
 
@@ -74,8 +75,9 @@ def families(hours: int = 1) -> list:
     served = lambda t: min(t, H + 1800)  # noqa: E731
     requests = [({"namespace": "search-prod", "model_name": "chat"}, [(t, 2 * (served(t) - (H - 600))) for t in times])]
     slow = lambda t: 2 * len([s for s in range(H + 630, H + 901, STEP) if s <= t])  # noqa: E731
-    buckets = [({"namespace": "search-prod", "le": le}, [(t, slow(t) if le in ("0.5", "1.0", "+Inf") else 0) for t in times])
-               for le in ("0.1", "0.25", "0.5", "1.0", "+Inf")]
+    # vLLM's own boundaries; the slow requests take 0.5-0.8 s.
+    buckets = [({"namespace": "search-prod", "le": le}, [(t, slow(t) if le not in ("0.3", "0.5") else 0) for t in times])
+               for le in (*VLLM_E2E_LATENCY_S, "+Inf")]
     return [
         (UTIL, "gauge", series(util)),
         (PROF, "gauge", series(prof)),
@@ -107,6 +109,7 @@ EXPECTED_USAGE = {
 }
 EXPECTED_POOLS = {"mixed-a100": (4, DARK), "rtx": (1, 0), "unpooled": (1, 0)}  # gpus, dark minutes
 EXPECTED_BREACH_MINUTES = [H + 60 * m for m in range(11, 20)]
+EXPECTED_P99_MS = Decimal("797.000")  # histogram_quantile's interpolation inside (0.5, 0.8]
 EXPECTED_COLOCATED = (("etl", Decimal(30)), ("vision", quantize_micro(30 + MIG_MINUTE)))
 # GPU-A0 by its energy counter (120 x 1e6 mJ), GPU-A1 by mean power (250 W); GPU-B0/B1 unmeasured.
 EXPECTED_A100_ENERGY = (4, 2, Decimal("0.283333333"))

@@ -16,7 +16,7 @@ from tests.metrics.conftest import HOUR, snapshot, status
 from tests.support.prometheus import PrometheusServer
 
 H = scenario.H
-QUERIES_PER_FETCH = 11  # 6 occupancy + 3 energy/power + 2 SLA
+QUERIES_PER_FETCH = 17  # 6 occupancy + 5 energy/power + 2 presence + 4 SLA (baseline and per-minute, 2 signals)
 
 
 class StoppingSource(PrometheusSource):

@@ -34,7 +34,7 @@ def test_first_hour_matches_the_hand_computed_rollup(session, policy_id, scenari
     assert got["models"][("rtx", RTX4090)] == (1, 0, Decimal(0))
     assert sorted(m for _, m in got["breaches"]) == scenario.EXPECTED_BREACH_MINUTES
     for p99, pool, shares in got["breaches"].values():
-        assert (p99, pool, shares) == (Decimal("497.500"), "mixed-a100", scenario.EXPECTED_COLOCATED)
+        assert (p99, pool, shares) == (scenario.EXPECTED_P99_MS, "mixed-a100", scenario.EXPECTED_COLOCATED)
     # Efficiency inputs: search's GPU_UTIL of 50 % over its 120 samples, split 64 busy / 56 dark.
     assert got["usage"][("mixed-a100", "search", "inference", False)][1:3] == (32.0, 64)
     assert got["usage"][("mixed-a100", "search", "inference", True)][1:3] == (28.0, 56)

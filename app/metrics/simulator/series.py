@@ -11,17 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 
+from app.metrics.histograms import VLLM_E2E_LATENCY_S
 from app.metrics.simulator.cluster import Gpu, Unit
 from app.metrics.simulator.workload import (
     MODEL_NAMES,
     NAMESPACES,
     SLOTS,
+    SLOW_FROM_S,
     deploy_slot,
     inference_pod,
 )
 
-LE = ("0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "+Inf")
+# vLLM's own e2e latency buckets; fast requests land in (0, 0.3], slow ones in (0.5, 0.8] (workload.py).
+LE = (*VLLM_E2E_LATENCY_S, "+Inf")
+FAST_LE = tuple(Decimal(le) <= SLOW_FROM_S for le in VLLM_E2E_LATENCY_S) + (False,)
 MEM_PCT = {"vllm": 78, "trainer": 92, "worker": 40, "notebook": 22}
 PROF = [repr(p / 100) for p in range(101)]
 PCT = [str(p) for p in range(101)]
@@ -228,8 +233,9 @@ class Renderer:
                 if family.scope == "requests":
                     out.append(success + str(n) + suffix)
                     continue
-                for head, v in zip(buckets, (f1, f1 + f2, f1 + f2, n, n, n, n)):
-                    out.append(head + str(v) + suffix)
+                v_fast, v_all = str(f1 + f2), str(n)
+                for head, is_fast in zip(buckets, FAST_LE):
+                    out.append(head + (v_fast if is_fast else v_all) + suffix)
                 out.append(total_sum + repr(ms / 1000) + suffix)
                 out.append(total_count + str(n) + suffix)
             yield out

@@ -8,31 +8,27 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from decimal import Decimal
 from itertools import accumulate
 
 from app.core.errors import Invalid
 from app.core.timeutil import epoch
-from app.metrics.simulator.workload import INFERENCE_PCT, NAMESPACES, PCT_CAP, SLOTS
+from app.metrics.histograms import INF, VLLM_E2E_LATENCY_S, p99_bucket, quantile
+from app.metrics.simulator.workload import INFERENCE_PCT, NAMESPACES, PCT_CAP, SLOTS, SLOW_FROM_S
 from app.metrics.types import OCCUPANCY_METRICS, GpuEnergy, OccupancySeries, SeriesLabels, ServiceMinutes, SourceBatch
 from app.policy.document import PolicyDocument
 
 HOUR_S = 3600
 GPU_UTIL, GR_ENGINE_ACTIVE = OCCUPANCY_METRICS
-UPPER = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, float("inf"))
+# The simulator's cumulative histogram on vLLM's boundaries: fast requests at or below 0.3 s, slow
+# ones in (0.5, 0.8] (series.py renders the same buckets).
+UPPER = tuple(Decimal(le) for le in VLLM_E2E_LATENCY_S) + (INF,)
 NAMESPACE_RE = re.compile(r'namespace\s*=\s*"([^"]*)"')
 
 
-def histogram_quantile(q: float, cumulative: list[int]) -> float | None:
-    """Prometheus's histogram_quantile over the simulator's buckets (None without observations)."""
-    total = cumulative[-1]
-    if total == 0:
-        return None
-    rank = q * total
-    b = next((i for i in range(len(UPPER) - 1) if cumulative[i] >= rank), len(UPPER) - 1)
-    if b == len(UPPER) - 1:
-        return UPPER[-2]
-    start, below = (0.0, 0) if b == 0 else (UPPER[b - 1], cumulative[b - 1])
-    return start + (UPPER[b] - start) * ((rank - below) / (cumulative[b] - below))
+def cumulative_buckets(fast: int, total: int) -> list[tuple[Decimal, float]]:
+    """(upper bound, cumulative count) of `fast` fast requests among `total`."""
+    return [(le, float(fast if le <= SLOW_FROM_S else total)) for le in UPPER]
 
 
 def service_for(sla_service: str, requests_query: str) -> str | None:
@@ -130,21 +126,22 @@ class SimulatorSource:
         out = ServiceMinutes(service=name)
         back = 5  # minutes of history the P99 window needs before the first minute
         first = s // 60 - back
-        n, f1, f12 = [], [], []
+        n, f12 = [], []
         for day in range(first // SLOTS, (e // 60 - 1) // SLOTS + 1):
             sd = w.service_day(service, day)
             lo, hi = max(first - day * SLOTS, 0), min(e // 60 - day * SLOTS, SLOTS)
             n += sd.n[lo:hi]
-            f1 += sd.fast1[lo:hi]
             f12 += [a + b for a, b in zip(sd.fast1[lo:hi], sd.fast2[lo:hi])]
-        pn, p1, p12 = ([0, *accumulate(x)] for x in (n, f1, f12))
+        pn, p12 = ([0, *accumulate(x)] for x in (n, f12))
         for minute_end in range(s + 60, e + 1, 60):
             j = minute_end // 60 - first  # prefix index just after this minute's slot
             out.requests_in_window[minute_end] = float(w.requests_between(service, minute_end - window_s, minute_end))
-            a, b, total = p1[j] - p1[j - 5], p12[j] - p12[j - 5], pn[j] - pn[j - 5]
-            p99 = histogram_quantile(0.99, [a, b, b, total, total, total, total])
-            if p99 is not None:
-                out.p99_s[minute_end] = p99
+            fast, total = p12[j] - p12[j - 5], pn[j] - pn[j - 5]
+            cumulative = cumulative_buckets(fast, total)
+            bucket = p99_bucket(cumulative)
+            if bucket is not None:
+                out.p99_bucket[minute_end] = bucket
+                out.p99_s[minute_end] = quantile(cumulative)
         return out
 
 

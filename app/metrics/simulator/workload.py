@@ -17,6 +17,7 @@ requests are then slow, the SLA breaches. Preprocessing and notebooks come and g
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import lru_cache
 from itertools import accumulate
 from random import Random
@@ -33,6 +34,7 @@ DEPLOY_FROM = 960  # inference rolls out new pods between 16:00 and 20:00 (deep 
 IDLE, ACTIVE, SLOW = 0, 1, 2
 INFERENCE_PCT = (3, 62, 78)  # engine activity of an inference replica in an idle/active/slow minute
 PCT_CAP = 97  # so that a sample's +-2 wobble never clips
+SLOW_FROM_S = Decimal("0.5")  # slow requests take more than this (and at most 0.8 s)
 IDLE_COUNTS = (0, 0, 1, 1, 2, 3)  # requests in an idle minute: at most 0.05 per second
 EMPTY: tuple = ()
 
@@ -144,9 +146,9 @@ class ServiceDay:
 
     state: list[int]
     n: list[int]  # requests completed in the slot
-    fast1: list[int]  # ... with latency <= 0.05 s
-    fast2: list[int]  # ... in (0.05, 0.1]
-    slow: list[int]  # ... in (0.25, 0.5]
+    fast1: list[int]  # ... with latency in 18-45 ms
+    fast2: list[int]  # ... in 55-95 ms (both in vLLM's first bucket, <= 0.3 s)
+    slow: list[int]  # ... in 510-800 ms: vLLM's bucket (0.5, 0.8]
     sum_ms: list[int]  # total latency of the slot's requests, ms
     deploy: int  # slot of today's rollout
     prefix: list[int]  # prefix[k] = requests in slots before k
@@ -265,7 +267,7 @@ class Workload:
                 count = (240 + (x >> 16) % 241) * scale
             if st == SLOW:
                 sl[k] = count
-                sums[k] = count * (290 + (x >> 49) % 191)
+                sums[k] = count * (510 + (x >> 49) % 291)
             else:
                 a = int(count * (0.55 + ((x >> 30) & 0xFF) / 1024))
                 f1[k], f2[k] = a, count - a

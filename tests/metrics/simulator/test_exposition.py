@@ -60,7 +60,10 @@ def test_vllm_series_select_by_namespace(families):
     success = families["vllm:request_success"]
     assert {s.labels["namespace"] for s in success} == {"search-prod", "assist-prod"}
     buckets = [s for s in families["vllm:e2e_request_latency_seconds"] if s.name.endswith("_bucket")]
-    assert {s.labels["le"] for s in buckets} == {"0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "+Inf"}
+    # vLLM's own boundaries for vllm:e2e_request_latency_seconds, printed as prometheus_client prints them.
+    assert {s.labels["le"] for s in buckets} == {
+        "0.3", "0.5", "0.8", "1.0", "1.5", "2.0", "2.5", "5.0", "10.0", "15.0", "20.0", "30.0", "40.0", "50.0",
+        "60.0", "120.0", "240.0", "480.0", "960.0", "1920.0", "7680.0", "+Inf"}
 
 
 def test_time_sliced_gpu_has_two_series_differing_by_pod(sim):

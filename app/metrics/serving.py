@@ -1,0 +1,154 @@
+"""SLA signals from raw counter values: requests over the idle window and the P99 bucket, per minute.
+
+Each SLA's request counter and latency buckets are read as the last value of every series in each
+minute (`last_over_time(sel[59999ms])`, identical on Prometheus 2.x/3.x and VictoriaMetrics), plus
+each series' last value before the range as its baseline. Increases (with resets; a series born in
+the range counts from zero) and the trailing-window sums and P99 bucket are computed in Python,
+so dark-time and breach minutes do not depend on any engine's `increase`/`rate` extrapolation.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from decimal import Decimal
+
+import requests
+
+from app.core.errors import AppError
+from app.metrics.counters import step_increases
+from app.metrics.histograms import boundaries, p99_bucket, parse_le, quantile
+from app.metrics.promql_http import get_body
+from app.metrics.types import ServiceMinutes, SourceBatch
+from app.policy.document import PolicyDocument
+
+MINUTE_S = 60
+P99_WINDOW_MIN = 5  # P99 over the trailing 5 minutes (SPEC section 4)
+MAX_STEPS = 360  # minutes per query: answers stay small (memory flat however many hours a fetch holds)
+
+Plan = list[tuple[str, int, int, int, Callable[[list], None]]]
+
+
+def window_minutes(policy: PolicyDocument) -> int:
+    """The idle window in whole minutes (rounded up: a partial minute is read whole)."""
+    return -(-policy.colocation.idle_window_s // MINUTE_S)
+
+
+def services_plan(batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) -> Plan:
+    """Queries for the minutes (cs, ce] of every SLA; the last answer fills `batch.services`.
+
+    One query per SLA and signal, tagged by the handler rather than by `label_replace` (which
+    Prometheus would apply at every step of every series).
+    """
+    if not policy.sla:
+        return []
+    for sla in policy.sla:
+        batch.services.setdefault(sla.service, ServiceMinutes(service=sla.service))
+    lookback = max(window_minutes(policy), P99_WINDOW_MIN) * MINUTE_S
+    first = cs - lookback  # the first minute end whose increase is needed
+    signals = [(sla.service, signal, selector) for sla in policy.sla
+               for signal, selector in (("requests", sla.requests), ("latency", sla.latency_histogram))]
+    # Each series' last value so far (its baseline first); an unknown series was born in the range.
+    last_value: dict[tuple, float] = {}
+    # Increases summed over series as they arrive (no per-series history is kept: memory stays flat).
+    requests: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))  # service -> minute -> n
+    buckets: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))  # service -> le -> minute -> n
+
+    def keep_baseline(service: str, signal: str) -> Callable[[list], None]:
+        def handle(result: list) -> None:
+            for item in result:
+                last_value[_key(service, signal, item["metric"])] = float(item["values"][-1][1])
+        return handle
+
+    def add_increases(service: str, signal: str, finish: bool) -> Callable[[list], None]:
+        def handle(result: list) -> None:
+            for item in result:
+                if signal == "requests":
+                    target = requests[service]
+                else:
+                    le = parse_le(item["metric"].get("le", ""))
+                    if le is None:
+                        continue  # _sum/_count or a malformed bucket: not part of the quantile
+                    target = buckets[service][le]
+                key = _key(service, signal, item["metric"])
+                # Timestamps as JSON gives them: a float and an int of one second hash alike.
+                points = {t: float(v) for t, v in item["values"]}
+                for t, v in step_increases(points, baseline=last_value.get(key)).items():
+                    if t > first:  # the first step only anchors the series
+                        target[t] += v
+                last_value[key] = points[max(points)] if points else last_value.get(key)
+            if finish:
+                _fill(batch, policy, cs, ce, requests, buckets)
+        return handle
+
+    plan: Plan = []
+    # Each series' last value in the hour before the range (a series without one was born in it).
+    for service, signal, selector in signals:
+        plan.append((f"last_over_time({selector}[3599999ms])", first - MINUTE_S, first - MINUTE_S, MINUTE_S,
+                     keep_baseline(service, signal)))
+    pieces = list(range(first, ce, MAX_STEPS * MINUTE_S))
+    for i, a in enumerate(pieces):
+        b = min(a + MAX_STEPS * MINUTE_S, ce)
+        for j, (service, signal, selector) in enumerate(signals):
+            last = i == len(pieces) - 1 and j == len(signals) - 1
+            plan.append((f"last_over_time({selector}[59999ms])", a, b, MINUTE_S, add_increases(service, signal, last)))
+    return plan
+
+
+def _key(service: str, signal: str, metric: dict) -> tuple:
+    return (service, signal, tuple(sorted(metric.items())))
+
+
+def _fill(batch: SourceBatch, policy: PolicyDocument, cs: int, ce: int,
+          requests: dict[str, dict[int, float]], buckets: dict[str, dict]) -> None:
+    """Per service: requests over the idle window and the P99 bucket of the trailing 5 minutes, per minute."""
+    span = window_minutes(policy)
+    for sla in policy.sla:
+        out = batch.services[sla.service]
+        per_minute = requests.get(sla.service, {})
+        per_le = buckets.get(sla.service, {})
+        for m in range(cs + MINUTE_S, ce + 1, MINUTE_S):
+            out.requests_in_window[m] = float(sum(per_minute.get(m - k * MINUTE_S, 0.0) for k in range(span)))
+            cumulative = [(le, sum(series.get(m - k * MINUTE_S, 0.0) for k in range(P99_WINDOW_MIN)))
+                          for le, series in per_le.items()]
+            bucket = p99_bucket(cumulative)
+            if bucket is not None:
+                out.p99_bucket[m] = bucket
+                out.p99_s[m] = quantile(cumulative)
+
+
+# Red-line checks run as an author types: one small query per histogram every few minutes is plenty.
+BUCKET_CACHE_S = 300
+_BUCKET_CACHE: dict[tuple, tuple[float, tuple[Decimal, ...] | None]] = {}
+
+
+def bucket_lookup(url: str, *, timeout_s: float = 10.0, window: str = "1d", at: float | None = None):
+    """A function: latency histogram selector -> its finite `le` boundaries seen over `window` (None when unknown).
+
+    For policy validation's red-line warning and `chargeback doctor`; any failure means "unknown", never an error.
+    """
+    def lookup(selector: str) -> tuple[Decimal, ...] | None:
+        key = (url, selector, window, at)
+        cached = _BUCKET_CACHE.get(key)
+        if cached is not None and time.monotonic() - cached[0] < BUCKET_CACHE_S:
+            return cached[1]
+        found = None
+        try:
+            with requests.Session() as session:
+                body = get_body(session, f"{url.rstrip('/')}/api/v1/query",
+                                {"query": f"group by (le) (last_over_time({selector}[{window}]))",
+                                 **({"time": at} if at is not None else {})},
+                                timeout_s=timeout_s, deadline_s=timeout_s)
+            answer = json.loads(body)
+            if answer.get("status") == "success":
+                found = boundaries(str(r["metric"].get("le", "")) for r in answer["data"]["result"]) or None
+        except (AppError, ValueError, KeyError, TypeError, AttributeError):
+            found = None
+        if len(_BUCKET_CACHE) > 256:
+            _BUCKET_CACHE.clear()
+        _BUCKET_CACHE[key] = (time.monotonic(), found)
+        return found
+
+    return lookup

@@ -1,0 +1,56 @@
+"""Policy validation warns when an SLA red line is not a bucket boundary of the service's histogram,
+with the `le` values read from a real Prometheus, and names the nearest boundaries."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from app.api.policy import latency_buckets
+from app.metrics.histograms import VLLM_E2E_LATENCY_S, boundaries, red_line_finding
+from app.metrics.serving import bucket_lookup
+from app.policy.service import dump_yaml
+from app.policy.validation import validate
+from tests.metrics import scenario
+from tests.metrics.conftest import scenario_prometheus  # noqa: F401 (fixture)
+from tests.metrics.policies import mixed_policy
+from tests.policy.test_review_api_fuzz import URL, client_for
+
+VLLM = boundaries(VLLM_E2E_LATENCY_S)
+SEARCH = 'vllm:e2e_request_latency_seconds_bucket{namespace="search-prod"}'
+
+
+def with_red_line(p99_ms: str):
+    policy = mixed_policy()
+    return policy.model_copy(update={"sla": [policy.sla[0].model_copy(update={"p99_ms": Decimal(p99_ms)})]})
+
+
+def test_the_finding_names_the_bucket_and_the_nearest_boundaries():
+    assert red_line_finding(VLLM, 300) is None and red_line_finding(VLLM, "1500") is None
+    assert red_line_finding((), 250) is None  # unknown buckets: nothing to say
+    under = red_line_finding(VLLM, 250)
+    assert "red line 250 ms" in under and "(0, 300] ms are unresolved" in under and "nearest boundaries are 300 ms" in under
+    inside = red_line_finding(VLLM, Decimal("650.5"))
+    assert "(500, 800] ms" in inside and "500 ms or 800 ms" in inside
+    assert "above 7680000 ms (the +Inf bucket)" in red_line_finding(VLLM, 9_000_000)
+
+
+def test_validation_reads_the_buckets_from_prometheus(scenario_prometheus):  # noqa: F811
+    lookup = bucket_lookup(scenario_prometheus.url, at=scenario.H + 3600)
+    assert lookup(SEARCH) == VLLM  # vLLM's real boundaries, as the scenario's exporter has them
+    assert lookup('nothing_bucket{job="x"}') is None
+    warnings = [(e.path, e.message) for e in validate(with_red_line("250"), latency_buckets=lookup) if e.severity == "warning"]
+    assert [p for p, m in warnings if "bucket boundary" in m] == ["sla[0].p99_ms"]
+    assert not [e for e in validate(with_red_line("300"), latency_buckets=lookup) if "bucket boundary" in e.message]
+    # Unreachable Prometheus: no buckets known, no warning, no error.
+    assert bucket_lookup("http://127.0.0.1:9", timeout_s=1)(SEARCH) is None
+
+
+def test_the_validate_endpoint_returns_the_warning(fresh_engine):
+    client, headers = client_for(fresh_engine)
+    client.app.dependency_overrides[latency_buckets] = lambda: (lambda selector: VLLM if selector == SEARCH else None)
+    answer = client.post(URL, headers=headers, json={"document": dump_yaml(with_red_line("250"))})
+    assert answer.status_code == 200, answer.text
+    found = [w for w in answer.json()["warnings"] if w["path"] == "sla[0].p99_ms"]
+    assert len(found) == 1 and "nearest boundaries are 300 ms" in found[0]["message"]
+    answer = client.post(URL, headers=headers, json={"document": dump_yaml(with_red_line("300"))})
+    assert not [w for w in answer.json()["warnings"] if w["path"] == "sla[0].p99_ms"]
