@@ -61,18 +61,21 @@ class VictoriaMetricsServer:
         """
         command = [VMCTL, "prometheus", "-s", "--vm-disable-progress-bar", "--vm-concurrency", "1",
                    "--prom-snapshot", str(prometheus_data), "--vm-addr", self.url]
+        failure = ""
         for _ in range(3):
             # vmctl 1.79 insists on a terminal (it fails with "inappropriate ioctl" without one): `script` gives it a pty.
             done = subprocess.run([SCRIPT, "-qec", shlex.join(command), "/dev/null"], capture_output=True, text=True,
                                   timeout=600, stdin=subprocess.DEVNULL)
             stats = {k: int(v) for k, v in re.findall(r"(total samples|samples|min time|max time): (\d+)", done.stdout)}
             if done.returncode != 0 or "samples" not in stats:
-                raise RuntimeError(f"vmctl failed: {done.stdout[-2000:]} {done.stderr[-2000:]}")
+                failure = f"vmctl failed: {done.stdout[-2000:]} {done.stderr[-2000:]}"
+                continue  # seen once under load: run it again (the import is idempotent)
             # vmctl has been seen to send fewer samples than the blocks hold: import again (dedup makes it idempotent).
             if stats.get("total samples") == stats["samples"]:
                 break
+            failure = f"vmctl imported {stats.get('total samples')} of {stats['samples']} samples"
         else:
-            raise RuntimeError(f"vmctl imported {stats.get('total samples')} of {stats['samples']} samples")
+            raise RuntimeError(failure)
         # Searchable once a query counts every imported sample (series listings are approximate).
         span_s = (stats["max time"] - stats["min time"]) // 1000 + 2
         params = {"query": f'sum(count_over_time({{__name__=~".+"}}[{span_s}s]))', "time": stats["max time"] / 1000 + 1}
