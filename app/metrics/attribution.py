@@ -18,6 +18,7 @@ from fractions import Fraction
 from app.metrics.types import (
     OCCUPANCY_METRICS,
     BreachMinute,
+    DataFinding,
     GpuEnergy,
     HourRollup,
     ModelEnergy,
@@ -155,10 +156,19 @@ def _breach_minutes(batch: SourceBatch, lo: int, hi: int, policy: PolicyDocument
     return out
 
 
-def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scrape_interval_s: int) -> HourRollup:
+def _interval(s: OccupancySeries, override_s: int | None) -> Fraction:
+    """Seconds per sample: the override, else what the source inferred, else the fullest minute's spacing."""
+    if override_s:
+        return Fraction(override_s)
+    if s.interval_s:
+        return Fraction(s.interval_s)
+    return Fraction(MINUTE_S, max(max(s.samples.values(), default=1), 1))
+
+
+def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
+                   scrape_interval_s: int | None = None) -> HourRollup:
     """Attribute one hour [hour, hour + 3600) of `batch` to pools, tenants, classes and dark|busy."""
     lo, hi = hour, hour + HOUR_S
-    interval = Fraction(scrape_interval_s)
     chosen = _occupancy_choice(batch.occupancy, lo, hi)
 
     # Physical GPUs seen per pool (capacity counts every GPU that reported, occupied or not).
@@ -201,7 +211,7 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
         ck = (s.labels.namespace, s.labels.workload_class)
         if ck not in classes:
             classes[ck] = _classify(policy, *ck)
-        weight = interval * unit_fraction(s.labels.model, s.labels.mig_profile)
+        weight = _interval(s, scrape_interval_s) * unit_fraction(s.labels.model, s.labels.mig_profile)
         if weight not in weights:
             weights[weight] = len(weight_list)
             weight_list.append(weight)
@@ -215,7 +225,12 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
     series_split: dict[int, list[int]] = {}
     # (pool, breach minute) -> tenant -> GPU-seconds of training/preprocessing.
     colocated: dict[tuple, dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
-    for unit_series in per_unit.values():
+    findings: list[DataFinding] = []
+    for unit, unit_series in per_unit.items():
+        # This unit's contributions, kept apart until its total is checked against its capacity.
+        counts_u: dict[tuple, int] = defaultdict(int)
+        shared_u: dict[tuple, Fraction] = defaultdict(Fraction)
+        colocated_u: dict[tuple, Fraction] = defaultdict(Fraction)
         if len(unit_series) == 1:  # one pod on the unit all hour: nothing to split
             s, counts = unit_series[0]
             pool, tenant, klass, weight, wi = info[id(s)]
@@ -228,34 +243,58 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
             else:
                 dark_n = sum(counts[t] for t in counts.keys() & dark)
             busy_n = total_n - dark_n
-            sample_counts[(pool, tenant, klass, True, wi)] += dark_n
-            sample_counts[(pool, tenant, klass, False, wi)] += busy_n
+            counts_u[(pool, tenant, klass, True, wi)] += dark_n
+            counts_u[(pool, tenant, klass, False, wi)] += busy_n
             series_split[id(s)] = [dark_n, busy_n]
             if klass in COLOCATED_CLASSES:
                 for t in breach_times.get(pool, ()):
                     if t in counts:
-                        colocated[(pool, t)][tenant] += weight * counts[t]
-            continue
-        by_minute: dict[int, list] = defaultdict(list)
-        for s, counts in unit_series:
-            series_split[id(s)] = [0, 0]
-            for t, c in counts.items():
-                by_minute[t].append((s, c))
-        for t, entries in by_minute.items():
-            total = sum(c for _, c in entries)
-            peak = max(c for _, c in entries)
-            for s, c in entries:
-                pool, tenant, klass, weight, wi = info[id(s)]
-                is_dark = t in dark_by_pool[pool]
-                series_split[id(s)][0 if is_dark else 1] += c
-                if total == peak:
-                    sample_counts[(pool, tenant, klass, is_dark, wi)] += c
-                    seconds = weight * c
-                else:  # pods share the unit in this minute: equal split (see module docstring)
-                    seconds = Fraction(c * peak, total) * weight
-                    shared[(pool, tenant, klass, is_dark)] += seconds
-                if klass in COLOCATED_CLASSES and t in breach_times.get(pool, ()):
-                    colocated[(pool, t)][tenant] += seconds
+                        colocated_u[(pool, t, tenant)] += weight * counts[t]
+        else:
+            by_minute: dict[int, list] = defaultdict(list)
+            for s, counts in unit_series:
+                series_split[id(s)] = [0, 0]
+                for t, c in counts.items():
+                    by_minute[t].append((s, c))
+            for t, entries in by_minute.items():
+                total = sum(c for _, c in entries)
+                peak = max(c for _, c in entries)
+                for s, c in entries:
+                    pool, tenant, klass, weight, wi = info[id(s)]
+                    is_dark = t in dark_by_pool[pool]
+                    series_split[id(s)][0 if is_dark else 1] += c
+                    if total == peak:
+                        counts_u[(pool, tenant, klass, is_dark, wi)] += c
+                        seconds = weight * c
+                    else:  # pods (or vgpu replicas) share the unit in this minute: split by series held
+                        seconds = Fraction(c * peak, total) * weight
+                        shared_u[(pool, tenant, klass, is_dark)] += seconds
+                    if klass in COLOCATED_CLASSES and t in breach_times.get(pool, ()):
+                        colocated_u[(pool, t, tenant)] += seconds
+        # A unit is never billed above its capacity: cut the excess pro rata and record it.
+        first = unit_series[0][0].labels
+        capacity = HOUR_S * unit_fraction(first.model, first.mig_profile)
+        billed = sum((weight_list[k[4]] * n for k, n in counts_u.items()), Fraction(0)) + sum(shared_u.values(), Fraction(0))
+        if billed > capacity:
+            scale = capacity / billed
+            scaled: dict[tuple, Fraction] = defaultdict(Fraction, {k: v * scale for k, v in shared_u.items()})
+            for k, n in counts_u.items():
+                if n:
+                    scaled[k[:4]] += weight_list[k[4]] * n * scale
+            counts_u, shared_u = {}, scaled
+            colocated_u = {k: v * scale for k, v in colocated_u.items()}
+            pool = info[id(unit_series[0][0])][0]
+            findings.append(DataFinding(
+                kind="over_capacity", pool=pool, unit="/".join(p for p in unit if p),
+                gpu_seconds_cut=quantize_micro(billed - capacity),
+                detail=(f"{len(unit_series)} series reported {float(billed):g} GPU-s on a unit of "
+                        f"{float(capacity):g} GPU-s; the excess was cut, not billed")))
+        for k, n in counts_u.items():
+            sample_counts[k] += n
+        for k, v in shared_u.items():
+            shared[k] += v
+        for (pool, t, tenant), v in colocated_u.items():
+            colocated[(pool, t)][tenant] += v
 
     usage: dict[tuple, Fraction] = defaultdict(Fraction)
     for (pool, tenant, klass, is_dark, wi), n in sample_counts.items():
@@ -301,7 +340,7 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
                                      for tenant, v in sorted(colocated.get((sla.pool, m), {}).items()) if v > 0))
         for sla, m, p99_ms in breaches
     ]
-    return HourRollup(hour=hour, usage=rows, pools=pool_rows, breaches=breach_rows)
+    return HourRollup(hour=hour, usage=rows, pools=pool_rows, breaches=breach_rows, findings=findings)
 
 
 def hour_of(t: int) -> int:

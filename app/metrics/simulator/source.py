@@ -84,7 +84,8 @@ class SimulatorSource:
                         if found is None:
                             labels = SeriesLabels(**base) if pod is None else SeriesLabels(
                                 **base, namespace=pod.namespace, pod=pod.name, container=pod.container)
-                            found = series[pod] = [OccupancySeries(labels=labels, metric=m) for m in metrics]
+                            found = series[pod] = [OccupancySeries(labels=labels, metric=m, interval_s=self.sim.scrape_interval_s)
+                                                  for m in metrics]
                             out.extend(found)
                         for one in found:
                             one.samples.update(dict.fromkeys(ends, per))
