@@ -126,9 +126,7 @@ def exporter_pods(series: Iterable[Mapping[str, str]], targets: Iterable[Mapping
     for m in series:
         host, uuid = host_of(m), m.get("UUID") or m.get("uuid", "")
         gpus[host].add(uuid)
-        if _exported(m):
-            continue
-        pod = _raw(m, "pod")
+        pod = _raw(m, "pod")  # behind a ServiceMonitor the target's pod is on busy (exported_*) series too
         if pod:
             holders[(_raw(m, "namespace"), pod)][host].add(uuid)
     return {pod for pod, per_host in holders.items() if pod in target_pods
