@@ -165,6 +165,65 @@ def _interval(s: OccupancySeries, override_s: int | None) -> Fraction:
     return Fraction(MINUTE_S, max(max(s.samples.values(), default=1), 1))
 
 
+def _over_capacity(pool: str, unit: tuple, billed: Fraction, capacity: Fraction, what: str) -> DataFinding:
+    """The finding for a unit whose reported use was cut back to its capacity."""
+    return DataFinding(kind="over_capacity", pool=pool, unit="/".join(p for p in unit if p),
+                       gpu_seconds_cut=quantize_micro(billed - capacity),
+                       detail=(f"{what} reported {float(billed):g} GPU-s on a unit of {float(capacity):g} GPU-s; "
+                               "the excess was cut, not billed"))
+
+
+def split_time_sliced(series: list[tuple[OccupancySeries, dict[int, int]]], holders: dict[int, dict[tuple, float]],
+                      override_s: int | None, dark: set[int], policy: PolicyDocument,
+                      ) -> tuple[dict[tuple, Fraction], list[tuple[tuple, Fraction, Fraction]]]:
+    """(tenant, class, dark, minute end) -> GPU-seconds on one time-sliced node, split by GPUs requested;
+    and (unit, billed, capacity) of each unit cut back to its capacity.
+
+    Without --kubernetes-virtual-gpus the exporter names one of a GPU's sharing pods, so the node's
+    occupied GPU-seconds of each minute (each unit counted once) are split among the pods that
+    kube-state-metrics shows holding GPUs on the node then, by GPUs requested. A minute without
+    kube-state-metrics data keeps the pods the exporter named.
+    """
+    per_unit: dict[tuple, dict[int, Fraction]] = defaultdict(dict)  # unit -> minute -> seconds (copies once)
+    capacity: dict[tuple, Fraction] = {}
+    shown: dict[int, dict[tuple[str, str], Fraction]] = defaultdict(lambda: defaultdict(Fraction))
+    for s, counts in series:
+        fraction = unit_fraction(s.labels.model, s.labels.mig_profile)
+        weight = _interval(s, override_s) * fraction
+        capacity[s.labels.unit] = HOUR_S * fraction
+        minutes = per_unit[s.labels.unit]
+        for t, c in counts.items():
+            seconds = weight * c
+            shown[t][(s.labels.namespace, s.labels.pod)] += seconds
+            if seconds > minutes.get(t, 0):
+                minutes[t] = seconds
+    occupied: dict[int, Fraction] = defaultdict(Fraction)
+    cuts = []
+    for unit, minutes in per_unit.items():
+        billed = sum(minutes.values(), Fraction(0))
+        scale = Fraction(1)
+        if billed > capacity[unit]:  # never above capacity, as for any unit
+            scale = capacity[unit] / billed
+            cuts.append((unit, billed, capacity[unit]))
+        for t, seconds in minutes.items():
+            occupied[t] += seconds * scale
+            if scale != 1:
+                for pod in shown[t]:
+                    shown[t][pod] *= scale
+    out: dict[tuple, Fraction] = defaultdict(Fraction)
+    for t, seconds in occupied.items():
+        held = {pod: Fraction(str(n)) for pod, n in holders.get(t, {}).items() if n > 0}
+        if not held:
+            total = sum(shown[t].values(), Fraction(0))
+            held = dict(shown[t])  # split as the exporter named them, scaled to the occupied seconds
+        else:
+            total = sum(held.values(), Fraction(0))
+        for (namespace, _pod), n in held.items():
+            tenant, klass = _classify(policy, namespace, "")
+            out[(tenant, klass, t in dark, t)] += seconds * n / total
+    return out, cuts
+
+
 def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
                    scrape_interval_s: int | None = None) -> HourRollup:
     """Attribute one hour [hour, hour + 3600) of `batch` to pools, tenants, classes and dark|busy."""
@@ -176,6 +235,8 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
     # unit -> [(series, its counts in the hour)] for series that carry a pod.
     per_unit: dict[tuple, list] = defaultdict(list)
     used: list[OccupancySeries] = []
+    # Time-sliced nodes that kube-state-metrics describes: their units are split per node, below.
+    sliced: dict[str, list] = {n: [] for p in policy.pools for n in p.time_sliced_nodes if batch.gpu_holders.get(n)}
     for s in batch.occupancy:
         unit = s.labels.unit
         if chosen.get(unit) != s.metric:
@@ -192,6 +253,9 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
         pool_gpus[_pool_of(policy, s.labels.host)][s.labels.physical_gpu] = s.labels.model
         if not s.labels.pod or s.hourly:
             continue  # the unit reported, but no pod held it: capacity, not usage
+        if s.labels.host in sliced:
+            sliced[s.labels.host].append((s, counts))
+            continue
         used.append(s)
         per_unit[unit].append((s, counts))
 
@@ -283,18 +347,24 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
                     scaled[k[:4]] += weight_list[k[4]] * n * scale
             counts_u, shared_u = {}, scaled
             colocated_u = {k: v * scale for k, v in colocated_u.items()}
-            pool = info[id(unit_series[0][0])][0]
-            findings.append(DataFinding(
-                kind="over_capacity", pool=pool, unit="/".join(p for p in unit if p),
-                gpu_seconds_cut=quantize_micro(billed - capacity),
-                detail=(f"{len(unit_series)} series reported {float(billed):g} GPU-s on a unit of "
-                        f"{float(capacity):g} GPU-s; the excess was cut, not billed")))
+            findings.append(_over_capacity(info[id(unit_series[0][0])][0], unit, billed, capacity,
+                                           f"{len(unit_series)} series"))
         for k, n in counts_u.items():
             sample_counts[k] += n
         for k, v in shared_u.items():
             shared[k] += v
         for (pool, t, tenant), v in colocated_u.items():
             colocated[(pool, t)][tenant] += v
+
+    for host, host_series in sliced.items():
+        pool = _pool_of(policy, host)
+        split, cuts = split_time_sliced(host_series, batch.gpu_holders[host], scrape_interval_s, dark_by_pool[pool],
+                                        policy)
+        findings += [_over_capacity(pool, unit, billed, cap, "time-sliced unit") for unit, billed, cap in cuts]
+        for (tenant, klass, is_dark, t), seconds in split.items():
+            shared[(pool, tenant, klass, is_dark)] += seconds
+            if klass in COLOCATED_CLASSES and t in breach_times.get(pool, ()):
+                colocated[(pool, t)][tenant] += seconds
 
     usage: dict[tuple, Fraction] = defaultdict(Fraction)
     for (pool, tenant, klass, is_dark, wi), n in sample_counts.items():
@@ -381,6 +451,10 @@ def split_hours(batch: SourceBatch) -> dict[int, SourceBatch]:
                 if end in e.power_w:
                     part.power_w[end] = e.power_w[end]
                 target.energy.append(part)
+    for host, minutes in batch.gpu_holders.items():
+        for t, held in minutes.items():
+            if hour_of(t) in out:
+                out[hour_of(t)].gpu_holders.setdefault(host, {})[t] = held
     for name, svc in batch.services.items():
         for h in out:
             out[h].services[name] = ServiceMinutes(service=name)

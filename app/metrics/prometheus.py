@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -97,10 +98,13 @@ class PrometheusSource:
         energy: dict[tuple, GpuEnergy] = {}
         plan: list[tuple[str, int, int, int, Callable[[list], None]]] = []
         step = self.max_chunk_hours * HOUR_S
+        pod_nodes: dict[str, str] = {}  # exporter pod -> node, for exporters that print their pod as Hostname
         for cs in range(s, e, step):
             ce = min(cs + step, e)
+            plan += self._nodes_plan(pod_nodes, cs, ce)
+            plan += self._holders_plan(batch, cs, ce, policy)
             for shard in self.host_shards or (None,):
-                plan += self._occupancy_plan(occupancy, cs, ce, shard)
+                plan += self._occupancy_plan(occupancy, cs, ce, shard, pod_nodes)
                 plan += self._energy_plan(energy, cs, ce, shard)
             plan += self._services_plan(batch, cs, ce, policy)
         # One HTTP worker issues the queries back to back (Prometheus sees them one at a time, as
@@ -124,26 +128,59 @@ class PrometheusSource:
 
     # ---- queries: (promql, start, end, step, what to do with the answer) ----
 
-    def _occupancy_plan(self, out: dict[tuple, OccupancySeries], cs: int, ce: int, shard: str | None) -> list:
+    def _nodes_plan(self, pod_nodes: dict[str, str], cs: int, ce: int) -> list:
+        """kube_pod_info's node of each exporter pod (without NODE_NAME the exporter prints its pod as Hostname)."""
+        def nodes(result: list) -> None:
+            pod_nodes.update((i["metric"]["pod"], i["metric"]["node"]) for i in result
+                             if i["metric"].get("pod") and i["metric"].get("node"))
+
+        selector = f"kube_pod_info{{pod=~{json.dumps(self.exporter.pod_regex)}}}"
+        return [(f"max by (pod, node) (max_over_time({selector}[3599999ms]))", cs + HOUR_S, ce, HOUR_S, nodes)]
+
+    def _holders_plan(self, batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) -> list:
+        """Per minute, the pods kube-state-metrics shows holding GPUs on the policy's time-sliced nodes."""
+        hosts = sorted({n for p in policy.pools for n in p.time_sliced_nodes})
+        if not hosts:
+            return []
+        regex = json.dumps("|".join(re.escape(h) for h in hosts))
+        requests_q = ('max by (namespace, pod, container) (max_over_time('
+                      'kube_pod_container_resource_requests{resource="nvidia_com_gpu"}[59999ms]))')
+        info_q = f"max by (namespace, pod, node) (max_over_time(kube_pod_info{{node=~{regex}}}[59999ms]))"
+        query = f"sum by (node, namespace, pod) ({requests_q} * on (namespace, pod) group_left (node) {info_q})"
+
+        def holders(result: list) -> None:
+            for item in result:
+                m = item["metric"]
+                minutes = batch.gpu_holders.setdefault(m.get("node", ""), {})
+                for t, v in item["values"]:
+                    gpus = float(v)
+                    if math.isfinite(gpus) and gpus > 0:
+                        minutes.setdefault(int(t), {})[(m.get("namespace", ""), m.get("pod", ""))] = gpus
+
+        return [(query, cs + MINUTE_S, ce, MINUTE_S, holders)]
+
+    def _occupancy_plan(self, out: dict[tuple, OccupancySeries], cs: int, ce: int, shard: str | None,
+                        pod_nodes: dict[str, str] | None = None) -> list:
         plan = []
+        pod_nodes = {} if pod_nodes is None else pod_nodes
         held = self._held()
         for metric in OCCUPANCY_METRICS:
             def counts(result: list, metric: str = metric) -> None:
                 for item in result:
-                    series = self._series(out, item["metric"], metric)
+                    series = self._series(out, item["metric"], metric, pod_nodes)
                     if series is not None:
                         series.samples.update({int(t): _count(v) for t, v in item["values"] if v != "0"})
 
             def sums(result: list, metric: str = metric) -> None:
                 scale = ACTIVITY_SCALE[metric]
                 for item in result:
-                    series = self._series(out, item["metric"], metric)
+                    series = self._series(out, item["metric"], metric, pod_nodes)
                     if series is not None:
                         series.activity.update({int(t): float(v) * scale for t, v in item["values"]})
 
             def seen(result: list, metric: str = metric) -> None:
                 for item in result:
-                    series = _series(out, _labels(item["metric"], None), metric, hourly=True)
+                    series = _series(out, _labels(item["metric"], None, pod_nodes), metric, hourly=True)
                     series.samples.update({int(t): _count(v) for t, v in item["values"] if v != "0"})
 
             # Per-minute counts only where a pod holds the unit (about half the points of a busy
@@ -165,12 +202,13 @@ class PrometheusSource:
         exporters = "|".join(sorted(self.exporter.containers))
         return ('exported_pod!=""', f'pod!="", exported_pod="", container!~{json.dumps(exporters)}')
 
-    def _series(self, out: dict[tuple, OccupancySeries], m: dict, metric: str) -> OccupancySeries | None:
+    def _series(self, out: dict[tuple, OccupancySeries], m: dict, metric: str,
+                pod_nodes: dict[str, str]) -> OccupancySeries | None:
         """The per-scrape series of a held unit, or None when its pod is the exporter's own (a free unit)."""
         workload = rules.workload_of(m, self.exporter)
         if workload is None:
             return None
-        return _series(out, _labels(m, workload), metric, scrape=tuple(m.get(k, "") for k in TARGET_LABELS))
+        return _series(out, _labels(m, workload, pod_nodes), metric, scrape=tuple(m.get(k, "") for k in TARGET_LABELS))
 
     def _energy_plan(self, out: dict[tuple, GpuEnergy], cs: int, ce: int, shard: str | None) -> list:
         firsts: dict[tuple, dict[int, float]] = {}
@@ -289,10 +327,10 @@ def _over_any(shard: str | None, func: str, metric: str, window: str, matchers: 
     return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
 
 
-def _labels(m: dict, workload: rules.Workload | None) -> SeriesLabels:
+def _labels(m: dict, workload: rules.Workload | None, pod_nodes: dict[str, str] | None = None) -> SeriesLabels:
     w = workload or rules.Workload(namespace="", pod="")
     return SeriesLabels(
-        host=rules.host_of(m), uuid=m.get("UUID", ""), gpu=m.get("gpu", ""),
+        host=rules.host_of(m, pod_nodes), uuid=m.get("UUID", ""), gpu=m.get("gpu", ""),
         model=m.get("modelName", ""), gpu_instance=m.get("GPU_I_ID", ""), mig_profile=m.get("GPU_I_PROFILE", ""),
         namespace=w.namespace, pod=w.pod, container=w.container, workload_class=m.get("workload_class", ""),
         vgpu=w.vgpu,

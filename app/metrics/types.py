@@ -81,6 +81,9 @@ class SourceBatch:
     occupancy: list[OccupancySeries] = field(default_factory=list)
     energy: list[GpuEnergy] = field(default_factory=list)
     services: dict[str, ServiceMinutes] = field(default_factory=dict)
+    # Time-sliced nodes only (policy `time_sliced_nodes`): node -> minute end -> {(namespace, pod): GPUs
+    # requested}, from kube-state-metrics.
+    gpu_holders: dict[str, dict[int, dict[tuple[str, str], float]]] = field(default_factory=dict)
 
 
 class MetricsSource(Protocol):

@@ -168,7 +168,8 @@ def oracle(root: Path, units: dict[str, list[Unit]], jobs: list[Job], timeout_s:
     return found
 
 
-def history(stored: list[dict], units: dict[str, list[Unit]], jobs: list[Job], start: int, hours: int) -> str:
+def history(stored: list[dict], units: dict[str, list[Unit]], jobs: list[Job], start: int, hours: int,
+            extra: Iterable[tuple[str, str, list]] = ()) -> str:
     """OpenMetrics for `hours` from `start`: each stored label set sampled at its job's interval while held."""
     by_job = {j.name: j for j in jobs}
     families: dict[str, list] = {}
@@ -184,7 +185,29 @@ def history(stored: list[dict], units: dict[str, list[Unit]], jobs: list[Job], s
                 first = start + a * 60 + job.offset_s
                 points += [(t, VALUE[metric]) for t in range(first, start + b * 60, job.interval_s)]
         families.setdefault(metric, []).append((labels, sorted(points)))
-    return openmetrics((name, "gauge", series) for name, series in families.items())
+    return openmetrics([*((name, "gauge", series) for name, series in families.items()), *extra])
+
+
+def kube_state_metrics(start: int, holders: list[tuple[Pod, str, int, int, int]], exporters: dict[str, str],
+                       hours: int, interval_s: int = 30) -> list[tuple[str, str, list]]:
+    """kube-state-metrics 2.x families: GPU requests and pod info of (pod, node, GPUs, first, end minute) holders,
+    and kube_pod_info of exporter pods (pod -> node) for the whole window."""
+    def points(a: int, b: int, value: float) -> list:
+        return [(t, value) for t in range(start + a * 60 + 5, start + b * 60, interval_s)]
+
+    ksm = {"job": "kube-state-metrics", "instance": "10.0.0.9:8080"}
+    requests, info = [], []
+    for pod, node, gpus, a, b in holders:
+        requests.append(({**ksm, "namespace": pod.namespace, "pod": pod.pod, "uid": f"uid-{pod.pod}",
+                          "container": pod.container, "node": node, "resource": "nvidia_com_gpu", "unit": "integer"},
+                         points(a, b, gpus)))
+        info.append(({**ksm, "namespace": pod.namespace, "pod": pod.pod, "uid": f"uid-{pod.pod}", "node": node,
+                      "created_by_kind": "Job", "host_network": "false"}, points(a, b, 1)))
+    for pod, node in exporters.items():
+        info.append(({**ksm, "namespace": "gpu-operator", "pod": pod, "uid": f"uid-{pod}", "node": node,
+                      "created_by_kind": "DaemonSet", "created_by_name": "nvidia-dcgm-exporter",
+                      "host_network": "false"}, points(0, hours * 60, 1)))
+    return [("kube_pod_container_resource_requests", "gauge", requests), ("kube_pod_info", "gauge", info)]
 
 
 def _fixture_pod(labels: dict, unit: Unit) -> Pod | None:

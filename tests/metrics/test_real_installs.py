@@ -37,6 +37,11 @@ PREP1 = Pod("data-prep", "prep-1", "worker")
 SLICED = [Pod("vision-train", "train-1", "trainer", "0"), Pod("vision-train", "train-1", "trainer", "1"),
           Pod("data-prep", "prep-0", "worker", "2")]
 END = HOURS * 60
+SLICED_EXPORTER = "nvidia-dcgm-exporter-q9w8e"
+TRAIN3, PREP3, CHAT3 = Pod("vision-train", "train-3", "trainer"), Pod("data-prep", "prep-3", "worker"), Pod(
+    "search-prod", "chat-3", "vllm")
+# kube-state-metrics: who holds GPU replicas on the time-sliced node, and when (minutes).
+HOLDERS = [(TRAIN3, "gpu-a100-03", 2, 0, END), (PREP3, "gpu-a100-03", 1, 0, 120), (CHAT3, "gpu-a100-03", 1, 60, END)]
 UNITS = {
     "operator": [
         Unit("gpu-a100-01", 0, A100, [(TRAIN0, 0, END)]),
@@ -51,6 +56,12 @@ UNITS = {
         Unit("gpu-a100-02", 1, A100, [(NOTEBOOK, 0, 60), (None, 60, END)], host_label="Hostname"),
     ],
     "static": [Unit("gpu-4090-01", 0, RTX4090, [(PREP1, 0, 120), (None, 120, END)])],
+    # Time-sliced without --kubernetes-virtual-gpus: each GPU names one of its sharing pods; the
+    # exporter runs without NODE_NAME, so it prints its own pod name as Hostname.
+    "sliced": [
+        Unit(SLICED_EXPORTER, 0, A100, [(TRAIN3, 0, END)]),
+        Unit(SLICED_EXPORTER, 1, A100, [(PREP3, 0, 120), (CHAT3, 120, END)]),
+    ],
 }
 OPERATOR_POD = {"namespace": "gpu-operator", "pod": "nvidia-dcgm-exporter-x7k2p", "container": "nvidia-dcgm-exporter"}
 JOBS = [
@@ -64,6 +75,8 @@ JOBS = [
         {"namespace": "gpu-monitoring", "pod": "dcgm-exporter-5d8fz", "container": "exporter",
          "service": "dcgm-exporter", "endpoint": "metrics"}),
     Job("dcgm", "static", 60, 29),
+    Job("gpu-operator-sliced", "sliced", 30, 13, True,
+        {"namespace": "gpu-operator", "pod": SLICED_EXPORTER, "container": "nvidia-dcgm-exporter"}),
 ]
 MIG_HALF_HOUR = Decimal("771.428571")  # 1800 s x 3/7
 MIG_HOUR = Decimal("1542.857143")
@@ -73,15 +86,24 @@ TRUTH = [
      ("mixed-a100", "etl", "preprocessing", True): Decimal(1200),  # 1 of 3 vgpu replicas
      ("mixed-a100", "search", "inference", True): Decimal(3600),
      ("mixed-a100", "unallocated", "unallocated", True): Decimal(3600),  # namespace scratch
-     ("rtx", "etl", "preprocessing", False): Decimal(3600)},
+     ("rtx", "etl", "preprocessing", False): Decimal(3600),
+     # The node's 2 busy GPUs (7200 GPU-s) split by replicas held: train-3 2, prep-3 1.
+     ("sliced", "vision", "training", False): Decimal(4800),
+     ("sliced", "etl", "preprocessing", False): Decimal(2400)},
     {("mixed-a100", "vision", "training", True): 6000 + MIG_HOUR,
      ("mixed-a100", "etl", "preprocessing", True): Decimal(1200),
      ("mixed-a100", "search", "inference", True): Decimal(1800),  # chat-0 until :30
-     ("rtx", "etl", "preprocessing", False): Decimal(3600)},
+     ("rtx", "etl", "preprocessing", False): Decimal(3600),
+     # chat-3 holds a replica from hour 1 although the exporter names it only from hour 2.
+     ("sliced", "vision", "training", False): Decimal(3600),
+     ("sliced", "etl", "preprocessing", False): Decimal(1800),
+     ("sliced", "search", "inference", False): Decimal(1800)},
     {("mixed-a100", "vision", "training", True): 6000 + MIG_HALF_HOUR,
-     ("mixed-a100", "etl", "preprocessing", True): Decimal(1200)},
+     ("mixed-a100", "etl", "preprocessing", True): Decimal(1200),
+     ("sliced", "vision", "training", False): Decimal(4800),
+     ("sliced", "search", "inference", False): Decimal(2400)},
 ]
-CAPACITY = {"mixed-a100": Decimal(6 * 3600), "rtx": Decimal(3600)}
+CAPACITY = {"mixed-a100": Decimal(6 * 3600), "rtx": Decimal(3600), "sliced": Decimal(2 * 3600)}
 
 
 def policy():
@@ -89,6 +111,8 @@ def policy():
         {"name": "mixed-a100", "nodes": ["gpu-a100-01", "gpu-a100-02"], "reserved_fraction": "0.30",
          "reservations": {"search": 1}, "gpus_per_node": 4, "gpu_model": A100},
         {"name": "rtx", "nodes": ["gpu-4090-01"], "reserved_fraction": "0", "gpus_per_node": 1, "gpu_model": RTX4090},
+        {"name": "sliced", "nodes": ["gpu-a100-03"], "reserved_fraction": "0", "gpus_per_node": 2, "gpu_model": A100,
+         "time_sliced_nodes": ["gpu-a100-03"]},
     ]
     return mixed_policy(sla=[], pools=pools)
 
@@ -102,7 +126,8 @@ def stored(tmp_path_factory) -> list[dict]:
 @pytest.fixture(scope="module")
 def installs(tmp_path_factory, stored):
     """A real Prometheus holding HOURS of history for exactly the stored label sets."""
-    text = dcgm.history(stored, UNITS, JOBS, H, HOURS)
+    text = dcgm.history(stored, UNITS, JOBS, H, HOURS,
+                        dcgm.kube_state_metrics(H, HOLDERS, {SLICED_EXPORTER: "gpu-a100-03"}, HOURS))
     with PrometheusServer.backfilled(tmp_path_factory.mktemp("prom-installs"), text) as server:
         yield server
 
@@ -136,7 +161,7 @@ def test_rollups_equal_the_truth_for_every_install(installs):
         got = {(u.pool, u.tenant, u.klass, u.dark): u.gpu_seconds for u in rollup.usage}
         assert got == truth, hour
         assert {p.pool: p.capacity_gpu_seconds for p in rollup.pools} == CAPACITY
-        assert {p.pool: p.dark_minutes for p in rollup.pools} == {"mixed-a100": 60, "rtx": 0}
+        assert {p.pool: p.dark_minutes for p in rollup.pools} == {"mixed-a100": 60, "rtx": 0, "sliced": 0}
         assert rollup.findings == []
 
 
@@ -147,7 +172,8 @@ def test_intervals_are_inferred_per_scrape_target(installs):
     for query, a, b, step, handle in plan:
         handle(source._decode(source._get(query, a, b, step)[0]))
     inferred = {scrape[0]: s for scrape, s in infer_intervals(occupancy.values()).items()}
-    assert inferred == {"nvidia-dcgm-exporter": 15, "kubernetes-service-endpoints": 30, "dcgm-exporter": 30, "dcgm": 60}
+    assert inferred == {"nvidia-dcgm-exporter": 15, "kubernetes-service-endpoints": 30, "dcgm-exporter": 30, "dcgm": 60,
+                        "gpu-operator-sliced": 30}
 
 
 def test_a_wrong_interval_override_is_cut_at_capacity_and_recorded(installs, session):
@@ -164,11 +190,15 @@ def test_a_wrong_interval_override_is_cut_at_capacity_and_recorded(installs, ses
         ("mixed-a100", "search", "inference", True): Decimal(3600),
         ("mixed-a100", "unallocated", "unallocated", True): Decimal(3600),
         ("rtx", "etl", "preprocessing", False): Decimal(3600),
+        ("sliced", "vision", "training", False): Decimal(4800),  # time-sliced units are capped too
+        ("sliced", "etl", "preprocessing", False): Decimal(2400),
     }
     findings = session.exec(select(DataQualityFinding).where(DataQualityFinding.hour == from_epoch(H))).all()
     cut = sorted((f.unit.split("/")[0], f.gpu_seconds_cut) for f in findings)
-    assert cut == [("gpu-a100-01", Decimal(10800))] * 3 + [("gpu-a100-02", Decimal(3600))]
-    assert {f.kind for f in findings} == {"over_capacity"} and all(f.pool == "mixed-a100" for f in findings)
+    assert cut == [("gpu-a100-01", Decimal(10800))] * 3 + [("gpu-a100-02", Decimal(3600))] + [
+        ("gpu-a100-03", Decimal(3600))] * 2
+    assert {f.kind for f in findings} == {"over_capacity"}
+    assert sorted({f.pool for f in findings}) == ["mixed-a100", "sliced"]
 
 
 def test_exporter_fallback_needs_a_pod_on_every_gpu_that_is_also_the_target(stored):
