@@ -126,9 +126,11 @@ def child_ingest(args) -> dict:
         ingest_s.append(t)
     rss = max(rss, peak_rss_mib())
     with Session(engine) as session:
-        rows = len(session.exec(select(UsageRollup)).all())
+        stored = session.exec(select(UsageRollup)).all()
+        rows = len(stored)
+        gpu_seconds = str(sum((u.gpu_seconds for u in stored), 0))
     engine.dispose()
-    return {"ingest_s": ingest_s, "alone_s": alone_s, "cpu_s": cpu_s, "queries": len(log), "rss_mib": rss, "rows": rows,
+    return {"ingest_s": ingest_s, "alone_s": alone_s, "cpu_s": cpu_s, "queries": len(log), "rss_mib": rss, "rows": rows, "gpu_seconds": gpu_seconds,
             "series_returned": sum(q.series for q in log), "hours": args.hours, "first_hour": epoch(START)}
 
 
@@ -218,6 +220,10 @@ def main() -> None:
         if naive:
             print(f"(b) naive pull at {gpus} GPUs every {interval_s} s: {naive['naive_s']:.1f}s, peak RSS {naive['rss_mib']:.0f} MiB, "
                   f"{naive['samples']:,} raw samples -> speed-up {naive['naive_s'] / min(ing['ingest_s']):.1f}x")
+    for gpus in args.gpus:  # the same workloads at another scrape interval: the same GPU-seconds
+        totals = {s: results[(gpus, s)][0]["gpu_seconds"] for s in args.intervals}
+        print(f"GPU-seconds ingested at {gpus} GPUs by scrape interval: {totals}"
+              + ("" if len(set(totals.values())) == 1 else "  <-- MISMATCH"))
     print("goals: (a) <= 1.3, (b) >= 10x, (c) < 1024 MiB and flat across sizes")
     print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(json.dumps({f"{g}@{s}s": {"ingest": i, "naive": n} for (g, s), (i, n) in results.items()}))
