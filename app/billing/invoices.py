@@ -97,7 +97,8 @@ def load_view(*, session: Session, period: BillingPeriod) -> PeriodView:
         ).all()
     )
     findings = findings_summary(session=session, start=period.starts_at, end=period.ends_at)
-    return PeriodView(period=period, lines=lines, usage=usage, unattributed=unattributed, costs=costs, findings=findings)
+    return PeriodView(period=period, lines=lines, usage=usage, unattributed=unattributed, costs=costs,
+                      findings=findings)
 
 
 def line_dict(line: ChargeLineRecord) -> dict:

@@ -15,6 +15,7 @@ from collections import defaultdict
 from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 
+from app.metrics.timeslicing import split_time_sliced
 from app.metrics.types import (
     OCCUPANCY_METRICS,
     BreachMinute,
@@ -173,57 +174,6 @@ def _over_capacity(pool: str, unit: tuple, billed: Fraction, capacity: Fraction,
                                "the excess was cut, not billed"))
 
 
-def split_time_sliced(series: list[tuple[OccupancySeries, dict[int, int]]], holders: dict[int, dict[tuple, float]],
-                      override_s: int | None, dark: set[int], policy: PolicyDocument,
-                      ) -> tuple[dict[tuple, Fraction], list[tuple[tuple, Fraction, Fraction]]]:
-    """(tenant, class, dark, minute end) -> GPU-seconds on one time-sliced node, split by GPUs requested;
-    and (unit, billed, capacity) of each unit cut back to its capacity.
-
-    Without --kubernetes-virtual-gpus the exporter names one of a GPU's sharing pods, so the node's
-    occupied GPU-seconds of each minute (each unit counted once) are split among the pods that
-    kube-state-metrics shows holding GPUs on the node then, by GPUs requested. A minute without
-    kube-state-metrics data keeps the pods the exporter named.
-    """
-    per_unit: dict[tuple, dict[int, Fraction]] = defaultdict(dict)  # unit -> minute -> seconds (copies once)
-    capacity: dict[tuple, Fraction] = {}
-    shown: dict[int, dict[tuple[str, str], Fraction]] = defaultdict(lambda: defaultdict(Fraction))
-    for s, counts in series:
-        fraction = unit_fraction(s.labels.model, s.labels.mig_profile)
-        weight = _interval(s, override_s) * fraction
-        capacity[s.labels.unit] = HOUR_S * fraction
-        minutes = per_unit[s.labels.unit]
-        for t, c in counts.items():
-            seconds = weight * c
-            shown[t][(s.labels.namespace, s.labels.pod)] += seconds
-            if seconds > minutes.get(t, 0):
-                minutes[t] = seconds
-    occupied: dict[int, Fraction] = defaultdict(Fraction)
-    cuts = []
-    for unit, minutes in per_unit.items():
-        billed = sum(minutes.values(), Fraction(0))
-        scale = Fraction(1)
-        if billed > capacity[unit]:  # never above capacity, as for any unit
-            scale = capacity[unit] / billed
-            cuts.append((unit, billed, capacity[unit]))
-        for t, seconds in minutes.items():
-            occupied[t] += seconds * scale
-            if scale != 1:
-                for pod in shown[t]:
-                    shown[t][pod] *= scale
-    out: dict[tuple, Fraction] = defaultdict(Fraction)
-    for t, seconds in occupied.items():
-        held = {pod: Fraction(str(n)) for pod, n in holders.get(t, {}).items() if n > 0}
-        if not held:
-            total = sum(shown[t].values(), Fraction(0))
-            held = dict(shown[t])  # split as the exporter named them, scaled to the occupied seconds
-        else:
-            total = sum(held.values(), Fraction(0))
-        for (namespace, _pod), n in held.items():
-            tenant, klass = _classify(policy, namespace, "")
-            out[(tenant, klass, t in dark, t)] += seconds * n / total
-    return out, cuts
-
-
 def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
                    scrape_interval_s: int | None = None) -> HourRollup:
     """Attribute one hour [hour, hour + 3600) of `batch` to pools, tenants, classes and dark|busy."""
@@ -338,7 +288,8 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
         # A unit is never billed above its capacity: cut the excess pro rata and record it.
         first = unit_series[0][0].labels
         capacity = HOUR_S * unit_fraction(first.model, first.mig_profile)
-        billed = sum((weight_list[k[4]] * n for k, n in counts_u.items()), Fraction(0)) + sum(shared_u.values(), Fraction(0))
+        billed = (sum((weight_list[k[4]] * n for k, n in counts_u.items()), Fraction(0))
+                  + sum(shared_u.values(), Fraction(0)))
         if billed > capacity:
             scale = capacity / billed
             scaled: dict[tuple, Fraction] = defaultdict(Fraction, {k: v * scale for k, v in shared_u.items()})
@@ -358,8 +309,10 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
 
     for host, host_series in sliced.items():
         pool = _pool_of(policy, host)
-        split, cuts = split_time_sliced(host_series, batch.gpu_holders[host], scrape_interval_s, dark_by_pool[pool],
-                                        policy)
+        split, cuts = split_time_sliced(
+            host_series, batch.gpu_holders[host], dark=dark_by_pool[pool],
+            weight_of=lambda s: (_interval(s, scrape_interval_s), unit_fraction(s.labels.model, s.labels.mig_profile)),
+            classify=lambda namespace: _classify(policy, namespace, ""))
         findings += [_over_capacity(pool, unit, billed, cap, "time-sliced unit") for unit, billed, cap in cuts]
         for (tenant, klass, is_dark, t), seconds in split.items():
             shared[(pool, tenant, klass, is_dark)] += seconds

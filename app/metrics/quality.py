@@ -1,4 +1,4 @@
-"""Data-quality findings: what ingestion cut rather than billed, summed for /metrics, the health panel and statements."""
+"""Data-quality findings: what ingestion cut rather than billed, for /metrics, the health panel and statements."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ class FindingsSummary:
     newest: list[DataQualityFinding] = field(default_factory=list)  # at most 10, newest hour first
 
 
-def findings_summary(*, session: Session, start: datetime | None = None, end: datetime | None = None) -> FindingsSummary:
+def findings_summary(*, session: Session, start: datetime | None = None,
+                     end: datetime | None = None) -> FindingsSummary:
     """Findings in [start, end) (all when unbounded): counts and GPU-seconds cut, per pool and in total."""
     where = []
     if start is not None:

@@ -41,3 +41,24 @@ def test_exporter_identity_from_settings_and_duplicates_key():
     a = {**GPU, "job": "a", "instance": "10.0.0.1:9400", "prometheus_replica": "0"}
     b = {**GPU, "job": "b", "instance": "10.0.0.1:9400", "prometheus_replica": "1"}
     assert rules.dedup_key(a) == rules.dedup_key(b)
+
+
+def test_time_sliced_split_by_requests_else_as_the_exporter_named():
+    """Per minute: the node's occupied seconds split by GPUs requested; no kube-state-metrics data: as named."""
+    from fractions import Fraction
+
+    from app.metrics.timeslicing import split_time_sliced
+    from app.metrics.types import OccupancySeries, SeriesLabels
+
+    def series(uuid, pod, counts):
+        labels = SeriesLabels(host="n", uuid=uuid, gpu="0", model="m", namespace=pod.split("/")[0], pod=pod)
+        return OccupancySeries(labels=labels, metric="DCGM_FI_DEV_GPU_UTIL", samples=counts), counts
+
+    one = series("GPU-1", "a/p1", {60: 2, 120: 2})
+    two = series("GPU-2", "b/p2", {60: 2, 120: 4})  # a burst in minute 120; the hour stays under capacity
+    holders = {60: {("a", "p1"): 1.0, ("c", "p3"): 3.0}}
+    split, cuts = split_time_sliced([one, two], holders, dark={120},
+                                    weight_of=lambda s: (Fraction(30), Fraction(1)), classify=lambda ns: (ns, "training"))
+    assert split == {("a", "training", False, 60): Fraction(30), ("c", "training", False, 60): Fraction(90),
+                     ("a", "training", True, 120): Fraction(60), ("b", "training", True, 120): Fraction(120)}
+    assert cuts == []  # 180 s in the hour is under the unit's 3600 s
