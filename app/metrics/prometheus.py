@@ -44,6 +44,8 @@ GPU_LABELS = "Hostname, hostname, UUID, modelName"
 SEEN_LABELS = "Hostname, hostname, UUID, gpu, modelName, GPU_I_ID, GPU_I_PROFILE"
 UNIT_KEY = "Hostname, hostname, UUID, GPU_I_ID"
 GPU_UTIL = OCCUPANCY_METRICS[0]
+# Whole minutes per scrape target enough to infer its interval.
+EVIDENCE_MINUTES = 1440
 ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 POWER = "DCGM_FI_DEV_POWER_USAGE"
 # GPU_UTIL is a percentage; activity is kept as a 0..1 ratio like GR_ENGINE_ACTIVE.
@@ -360,6 +362,8 @@ def infer_intervals(series: Iterable[OccupancySeries]) -> dict[tuple, int]:
         if s.hourly or not s.samples:
             continue
         scrape = s.scrape
+        if minutes[scrape] >= EVIDENCE_MINUTES:
+            continue  # a day of whole minutes settles a target's interval; the rest would only cost CPU
         have = s.samples
         for t, c in have.items():
             fullest[scrape] = max(fullest[scrape], c)
