@@ -216,3 +216,19 @@ def test_exporter_fallback_needs_a_pod_on_every_gpu_that_is_also_the_target(stor
     free = next(m for m in operator if "exported_pod" not in m)
     assert rules.workload_of(free, unknown) is not None  # what the fallback is for
     assert rules.workload_of(free, unknown, rules.exporter_pods(operator, up)) is None
+
+
+def test_an_ha_pair_read_without_deduplication_counts_once(stored, tmp_path):
+    """Both replicas of an HA Prometheus pair hold every series (external label prometheus_replica);
+    replica 1 missed 20 minutes of hour 0 while restarting. Each minute counts once: the truth holds."""
+    replicas = [{**m, "prometheus_replica": f"prometheus-k8s-{r}"} for m in stored for r in (0, 1)]
+    text = dcgm.history(replicas, UNITS, JOBS, H, HOURS,
+                        dcgm.kube_state_metrics(H, HOLDERS, {SLICED_EXPORTER: "gpu-a100-03"}, HOURS))
+    restart = range(H + 600, H + 1800)
+    kept = [line for line in text.splitlines()
+            if 'prometheus_replica="prometheus-k8s-1"' not in line or int(line.rsplit(" ", 1)[1]) not in restart]
+    assert len(kept) < len(text.splitlines())
+    with PrometheusServer.backfilled(tmp_path, "\n".join(kept) + "\n") as server:
+        for hour, (rollup, truth) in enumerate(zip(rollups(server.url), TRUTH)):
+            assert {(u.pool, u.tenant, u.klass, u.dark): u.gpu_seconds for u in rollup.usage} == truth, hour
+            assert rollup.findings == []
