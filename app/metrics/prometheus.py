@@ -8,6 +8,11 @@ query is chunked so that no series exceeds Prometheus's 11,000 points, and may b
 regex so that one answer never holds the whole of a very large fleet. Queries go out one at a time,
 back to back, from one HTTP worker while the caller's thread decodes the previous answer. The same
 HTTP API is served by Thanos, Mimir and VictoriaMetrics.
+
+Whatever the install, the workload is read by `labels.workload_of` (exported_* behind a
+ServiceMonitor, the exporter's own pod = a free unit); series are kept per scrape (job, instance,
+replica) so that each target's sample interval is inferred from its whole minutes, and copies of
+one series from other jobs or HA replicas are merged, each minute counted once (`merge_copies`).
 """
 
 from __future__ import annotations
@@ -201,7 +206,7 @@ class PrometheusSource:
 
     def _held(self) -> tuple[str, ...]:
         """Matchers for series that may name a workload: exported_* ones, or a pod that is not the exporter's."""
-        exporters = "|".join(sorted(self.exporter.containers))
+        exporters = "|".join(sorted(re.escape(c) for c in self.exporter.containers))
         return ('exported_pod!=""', f'pod!="", exported_pod="", container!~{json.dumps(exporters)}')
 
     def _series(self, out: dict[tuple, OccupancySeries], m: dict, metric: str,
