@@ -170,18 +170,21 @@ class PrometheusSource:
                         pod_nodes: dict[str, str] | None = None) -> list:
         plan = []
         pod_nodes = {} if pod_nodes is None else pod_nodes
+        targets: set[tuple[str, str]] = set()  # scrape targets' own pods, seen beside exported_* labels
         held = self._held()
         for metric in OCCUPANCY_METRICS:
             def counts(result: list, metric: str = metric) -> None:
+                _note_targets(result, targets)
                 for item in result:
-                    series = self._series(out, item["metric"], metric, pod_nodes)
+                    series = self._series(out, item["metric"], metric, pod_nodes, targets)
                     if series is not None:
                         series.samples.update({int(t): _count(v) for t, v in item["values"] if v != "0"})
 
             def sums(result: list, metric: str = metric) -> None:
                 scale = ACTIVITY_SCALE[metric]
+                _note_targets(result, targets)
                 for item in result:
-                    series = self._series(out, item["metric"], metric, pod_nodes)
+                    series = self._series(out, item["metric"], metric, pod_nodes, targets)
                     if series is not None:
                         series.activity.update({int(t): float(v) * scale for t, v in item["values"]})
 
@@ -209,10 +212,10 @@ class PrometheusSource:
         exporters = "|".join(sorted(re.escape(c) for c in self.exporter.containers))
         return ('exported_pod!=""', f'pod!="", exported_pod="", container!~{json.dumps(exporters)}')
 
-    def _series(self, out: dict[tuple, OccupancySeries], m: dict, metric: str,
-                pod_nodes: dict[str, str]) -> OccupancySeries | None:
+    def _series(self, out: dict[tuple, OccupancySeries], m: dict, metric: str, pod_nodes: dict[str, str],
+                targets: set[tuple[str, str]] = frozenset()) -> OccupancySeries | None:
         """The per-scrape series of a held unit, or None when its pod is the exporter's own (a free unit)."""
-        workload = rules.workload_of(m, self.exporter)
+        workload = rules.workload_of(m, self.exporter, targets)
         if workload is None:
             return None
         return _series(out, _labels(m, workload, pod_nodes), metric, scrape=tuple(m.get(k, "") for k in TARGET_LABELS))
@@ -326,6 +329,15 @@ def _over(shard: str | None, func: str, metric: str, window: str, matcher: str =
     extra = f", {matcher}" if matcher else ""
     return (f"({func}({metric}{{Hostname=~{regex}{extra}}}[{window}]) or "
             f"{func}({metric}{{hostname=~{regex}{extra}}}[{window}]))")
+
+
+def _note_targets(result: list, targets: set[tuple[str, str]]) -> None:
+    """Where a series has exported_* labels its plain pod is the scrape target's, i.e. the exporter, whatever
+    its container is called: a series of that target naming only that pod is then a free unit."""
+    for item in result:
+        m = item["metric"]
+        if m.get("exported_pod") and m.get("pod"):
+            targets.add((m.get("namespace", ""), m["pod"]))
 
 
 def _over_any(shard: str | None, func: str, metric: str, window: str, matchers: Sequence[str]) -> str:

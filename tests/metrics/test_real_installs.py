@@ -232,3 +232,21 @@ def test_an_ha_pair_read_without_deduplication_counts_once(stored, tmp_path):
         for hour, (rollup, truth) in enumerate(zip(rollups(server.url), TRUTH)):
             assert {(u.pool, u.tenant, u.klass, u.dark): u.gpu_seconds for u in rollup.usage} == truth, hour
             assert rollup.findings == []
+
+
+def test_an_exporter_with_an_unknown_container_name_is_still_the_target_behind_a_servicemonitor(stored, tmp_path):
+    """A renamed exporter container: its pod is the scrape target of the series that carry exported_*,
+    so the GPUs naming only that pod are free, not use of namespace gpu-operator."""
+    operator = [m for m in stored if m["job"] == "nvidia-dcgm-exporter"]
+    text = dcgm.history(operator, UNITS, JOBS, H, 1)
+    unknown = rules.ExporterIdentity(containers=("gpu-metrics",), jobs=(), pod_regex="gpu-metrics-.*")
+    with PrometheusServer.backfilled(tmp_path, text) as server:
+        batch = PrometheusSource(server.url, timeout_s=30, exporter=unknown).fetch(
+            start=from_epoch(H), end=from_epoch(H + 3600), policy=policy())
+    rollup = attribute_hour(batch, hour=H, policy=policy())
+    assert {(u.pool, u.tenant, u.klass, u.dark): u.gpu_seconds for u in rollup.usage} == {
+        ("mixed-a100", "vision", "training", True): Decimal(6000),
+        ("mixed-a100", "etl", "preprocessing", True): Decimal(1200),
+        ("mixed-a100", "search", "inference", True): Decimal(3600),
+    }
+    assert {p.pool: p.gpus for p in rollup.pools} == {"mixed-a100": 4}
