@@ -40,7 +40,8 @@ def prepare(*, settings: Settings, days: int = 30, console: Console | None = Non
     engine = get_engine()
     end = floor_hour(utcnow() - timedelta(seconds=settings.ingest_delay_s))
     start = end - timedelta(days=days)
-    sim = Simulator(seed=settings.simulator_seed, gpus=settings.simulator_gpus, scrape_interval_s=settings.scrape_interval_s)
+    sim = Simulator(seed=settings.simulator_seed, gpus=settings.simulator_gpus,
+                    scrape_interval_s=settings.scrape_interval_s or 30)
     with unit_of_work(engine) as session:
         if latest_version(session=session) is None:
             import_version(session=session, document=sim.policy(), actor="demo", effective_from=start,
@@ -90,7 +91,8 @@ def keep_ingesting(*, settings: Settings, stop: threading.Event) -> threading.Th
     from app.metrics.worker import run_worker
     from app.metrics.simulator import Simulator
 
-    sim = Simulator(seed=settings.simulator_seed, gpus=settings.simulator_gpus, scrape_interval_s=settings.scrape_interval_s)
+    sim = Simulator(seed=settings.simulator_seed, gpus=settings.simulator_gpus,
+                    scrape_interval_s=settings.scrape_interval_s or 30)
     thread = threading.Thread(
         target=run_worker, name="demo-worker", daemon=True,
         kwargs={"engine": get_engine(), "source": sim.source(), "settings": settings, "poll_seconds": 60, "stop": stop},

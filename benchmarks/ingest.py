@@ -1,10 +1,11 @@
 """Ingestion benchmark: a day of a simulated >= 256-GPU cluster, backfilled into a real Prometheus.
 
-    .venv/bin/python benchmarks/ingest.py --gpus 256 512 --hours 24
+    .venv/bin/python benchmarks/ingest.py --gpus 256 512 --hours 24 --intervals 30 15
 
 For each cluster size: the simulator writes OpenMetrics, promtool builds TSDB blocks (cached in
 --data-dir), a real `prometheus` serves them, and a child process ingests the window into a fresh
-SQLite database (or --database-url). Printed, measured in the same run:
+SQLite database (or --database-url), with the scrape interval inferred from the data (no override)
+and the install-independent label handling on; --intervals adds fleets scraped every 15 s. Printed, measured in the same run:
   (a) ingestion time / time of the same PromQL queries issued alone (raw HTTP, body read, no parsing);
   (b) speed-up over a naive pull of the raw series (prometheus-api-client get_metric_range_data +
       pandas MetricRangeDataFrame, per-minute sample counts with groupby) — first size only;
@@ -36,17 +37,17 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def prepare(data_dir: Path, gpus: int, hours: int) -> Path:
-    """TSDB blocks for `gpus` GPUs over `hours` hours (built once, reused by later runs)."""
+def prepare(data_dir: Path, gpus: int, hours: int, interval_s: int = 30) -> Path:
+    """TSDB blocks for `gpus` GPUs over `hours` hours at `interval_s` (built once, reused by later runs)."""
     from app.metrics.simulator import Simulator
     from tests.support.prometheus import PROMTOOL
 
-    root = data_dir / f"sim-{gpus}g-{hours}h"
+    root = data_dir / (f"sim-{gpus}g-{hours}h" + ("" if interval_s == 30 else f"-{interval_s}s"))
     done = root / "READY"
     if done.exists():
         return root
     (root / "data").mkdir(parents=True, exist_ok=True)
-    sim = Simulator(seed=42, gpus=gpus, scrape_interval_s=30)
+    sim = Simulator(seed=42, gpus=gpus, scrape_interval_s=interval_s)
     om = root / "history.om"
     began = time.perf_counter()
     samples = sim.write_openmetrics(om, START, START + timedelta(hours=hours), metrics=FAMILIES)
@@ -90,17 +91,18 @@ def child_ingest(args) -> dict:
         Path(url.split("///", 1)[1]).unlink(missing_ok=True)
     upgrade(url)
     engine = make_engine(url)
-    sim = Simulator(seed=42, gpus=args.gpus, scrape_interval_s=30)
+    sim = Simulator(seed=42, gpus=args.gpus, scrape_interval_s=args.intervals[0])
     with unit_of_work(engine) as session:
         import_version(session=session, document=sim.policy(), actor="benchmark", effective_from=START - timedelta(days=1))
     end = START + timedelta(hours=args.hours)
 
     def ingest_once() -> tuple[float, list]:
         log: list = []
-        source = PrometheusSource(args.url, scrape_interval_s=30, timeout_s=600, log=log)
+        # No interval override: each target's interval is inferred from the stored samples.
+        source = PrometheusSource(args.url, timeout_s=600, log=log)
         began, cpu = time.perf_counter(), time.process_time()
         with unit_of_work(engine) as session:
-            report = ingest_hours(session=session, source=source, start=START, end=end, scrape_interval_s=30)
+            report = ingest_hours(session=session, source=source, start=START, end=end)
         assert len(report.ok) == args.hours and not report.gaps, report
         cpu_s.append(time.process_time() - cpu)
         return time.perf_counter() - began, log
@@ -124,9 +126,11 @@ def child_ingest(args) -> dict:
         ingest_s.append(t)
     rss = max(rss, peak_rss_mib())
     with Session(engine) as session:
-        rows = len(session.exec(select(UsageRollup)).all())
+        stored = session.exec(select(UsageRollup)).all()
+        rows = len(stored)
+        gpu_seconds = str(sum((u.gpu_seconds for u in stored), 0))
     engine.dispose()
-    return {"ingest_s": ingest_s, "alone_s": alone_s, "cpu_s": cpu_s, "queries": len(log), "rss_mib": rss, "rows": rows,
+    return {"ingest_s": ingest_s, "alone_s": alone_s, "cpu_s": cpu_s, "queries": len(log), "rss_mib": rss, "rows": rows, "gpu_seconds": gpu_seconds,
             "series_returned": sum(q.series for q in log), "hours": args.hours, "first_hour": epoch(START)}
 
 
@@ -154,9 +158,9 @@ def child_naive(args) -> dict:
             "pandas": pd.__version__}
 
 
-def run_child(kind: str, url: str, args, gpus: int) -> dict:
+def run_child(kind: str, url: str, args, gpus: int, interval_s: int = 30) -> dict:
     cmd = [sys.executable, __file__, "--child", kind, "--url", url, "--gpus", str(gpus), "--hours", str(args.hours),
-           "--work", str(args.data_dir), "--repeat", str(args.repeat)]
+           "--work", str(args.data_dir), "--repeat", str(args.repeat), "--intervals", str(interval_s)]
     if args.database_url:
         cmd += ["--database-url", args.database_url]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
@@ -169,6 +173,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpus", type=int, nargs="+", default=[256, 512])
     parser.add_argument("--hours", type=int, default=24)
+    parser.add_argument("--intervals", type=int, nargs="+", default=[30], help="scrape intervals of the fleets (s)")
     parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "chargeback-bench")
     parser.add_argument("--database-url", default=None, help="default: a fresh SQLite file in --data-dir")
     parser.add_argument("--repeat", type=int, default=3, help="timed passes of each (min and median are reported)")
@@ -187,36 +192,41 @@ def main() -> None:
         print("note: the goal is stated for clusters of at least 256 GPUs")
     args.data_dir.mkdir(parents=True, exist_ok=True)
     print(f"preparing {args.hours} h of simulated history (cached in {args.data_dir})", flush=True)
-    roots = {g: prepare(args.data_dir, g, args.hours) for g in args.gpus}
+    fleets = [(g, s) for s in args.intervals for g in args.gpus]
+    roots = {(g, s): prepare(args.data_dir, g, args.hours, s) for g, s in fleets}
     results = {}
-    for i, gpus in enumerate(args.gpus):
-        server = serve(roots[gpus])
+    for i, (gpus, interval_s) in enumerate(fleets):
+        server = serve(roots[(gpus, interval_s)])
         try:
-            print(f"{gpus} GPUs: ingesting {args.hours} h from {server.url}", flush=True)
-            ingest = run_child("ingest", server.url, args, gpus)
+            print(f"{gpus} GPUs every {interval_s} s: ingesting {args.hours} h from {server.url}", flush=True)
+            ingest = run_child("ingest", server.url, args, gpus, interval_s)
             naive = None
-            if i == 0 and not args.skip_naive:
-                print(f"{gpus} GPUs: naive pull (get_metric_range_data + pandas)", flush=True)
-                naive = run_child("naive", server.url, args, gpus)
-            results[gpus] = (ingest, naive)
+            if (i == 0 or interval_s != args.intervals[0] and gpus == args.gpus[0]) and not args.skip_naive:
+                print(f"{gpus} GPUs every {interval_s} s: naive pull (get_metric_range_data + pandas)", flush=True)
+                naive = run_child("naive", server.url, args, gpus, interval_s)
+            results[(gpus, interval_s)] = (ingest, naive)
         finally:
             server.stop()
 
     print()
-    print(f"{'GPUs':>6} {'queries':>8} {'ingest s':>9} {'alone s':>8} {'(a) min/min':>11} {'median/median':>13} "
+    print(f"{'GPUs':>6} {'scrape':>6} {'queries':>8} {'ingest s':>9} {'alone s':>8} {'(a) min/min':>11} {'median/median':>13} "
           f"{'portal CPU s':>12} {'(c) RSS MiB':>11} {'rows':>6}")
-    for gpus, (ing, _) in results.items():
+    for (gpus, interval_s), (ing, _) in results.items():
         best_ingest, best_alone = min(ing["ingest_s"]), min(ing["alone_s"])
         mid = statistics.median(ing["ingest_s"]) / statistics.median(ing["alone_s"])
-        print(f"{gpus:>6} {ing['queries']:>8} {best_ingest:>9.2f} {best_alone:>8.2f} {best_ingest / best_alone:>11.2f} "
+        print(f"{gpus:>6} {interval_s:>5}s {ing['queries']:>8} {best_ingest:>9.2f} {best_alone:>8.2f} {best_ingest / best_alone:>11.2f} "
               f"{mid:>13.2f} {min(ing['cpu_s']):>12.2f} {ing['rss_mib']:>11.0f} {ing['rows']:>6}")
-    for gpus, (ing, naive) in results.items():
+    for (gpus, interval_s), (ing, naive) in results.items():
         if naive:
-            print(f"(b) naive pull at {gpus} GPUs: {naive['naive_s']:.1f}s, peak RSS {naive['rss_mib']:.0f} MiB, "
+            print(f"(b) naive pull at {gpus} GPUs every {interval_s} s: {naive['naive_s']:.1f}s, peak RSS {naive['rss_mib']:.0f} MiB, "
                   f"{naive['samples']:,} raw samples -> speed-up {naive['naive_s'] / min(ing['ingest_s']):.1f}x")
+    for gpus in args.gpus:  # the same workloads at another scrape interval: the same GPU-seconds
+        totals = {s: results[(gpus, s)][0]["gpu_seconds"] for s in args.intervals}
+        print(f"GPU-seconds ingested at {gpus} GPUs by scrape interval: {totals}"
+              + ("" if len(set(totals.values())) == 1 else "  <-- MISMATCH"))
     print("goals: (a) <= 1.3, (b) >= 10x, (c) < 1024 MiB and flat across sizes")
     print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(json.dumps({str(g): {"ingest": i, "naive": n} for g, (i, n) in results.items()}))
+    print(json.dumps({f"{g}@{s}s": {"ingest": i, "naive": n} for (g, s), (i, n) in results.items()}))
 
 
 if __name__ == "__main__":

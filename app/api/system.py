@@ -19,6 +19,7 @@ from app.core.deps import SessionDep
 from app.core.errors import Unavailable
 from app.core.timeutil import HOUR, aware, utcnow
 from app.metrics.models import IngestHour
+from app.metrics.quality import findings_summary
 from app.policy.render_alerts import INGEST_GAP_METRIC, INGEST_LAG_METRIC
 
 log = logging.getLogger("app.system")
@@ -40,6 +41,10 @@ INGEST_LAG = Gauge(
 )
 GAP_HOURS = Gauge(INGEST_GAP_METRIC, "Hours Prometheus could not answer, awaiting retry", registry=REGISTRY)
 INGESTED_HOURS = Gauge("chargeback_ingested_hours", "Hours ingested successfully", registry=REGISTRY)
+DQ_FINDINGS = Gauge("chargeback_data_quality_findings",
+                    "Unit-hours whose reported use exceeded capacity (cut, not billed)", registry=REGISTRY)
+DQ_CUT = Gauge("chargeback_data_quality_cut_gpu_seconds",
+               "GPU-seconds cut at ingestion because a unit reported more than its capacity", registry=REGISTRY)
 LAST_DURATION = Gauge(
     "chargeback_ingest_last_duration_seconds", "Duration of the most recent hour's ingestion", registry=REGISTRY
 )
@@ -122,6 +127,9 @@ def metrics(session: SessionDep) -> Response:
     GAP_HOURS.set(figures["gap_hours"])
     INGESTED_HOURS.set(figures["ok_hours"])
     LAST_DURATION.set(float("nan") if figures["last_duration_seconds"] is None else figures["last_duration_seconds"])
+    quality = findings_summary(session=session)
+    DQ_FINDINGS.set(quality.count)
+    DQ_CUT.set(float(quality.gpu_seconds_cut))
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 

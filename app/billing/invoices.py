@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from sqlalchemy import select
@@ -28,6 +28,7 @@ from app.billing.periods import get_period, parse_period, require_started
 from app.billing.types import PLATFORM, LineKind
 from app.policy.document import UNALLOCATED
 from app.core.errors import NotFound
+from app.metrics.quality import FindingsSummary, findings_summary
 
 ZERO = Decimal(0)
 NOT_TENANTS = frozenset({PLATFORM, UNALLOCATED})  # their use is on the platform statement, not an invoice
@@ -44,6 +45,8 @@ class PeriodView:
     unattributed: list[UnattributedBreachRecord]
     costs: dict[str, Decimal]
     unpooled: list[UnpooledUsageRecord]
+    # What ingestion cut rather than billed in the period's hours (read from the hourly rollups).
+    findings: FindingsSummary = field(default_factory=FindingsSummary)
 
     @property
     def tenants(self) -> list[str]:
@@ -102,7 +105,9 @@ def load_view(*, session: Session, period: BillingPeriod) -> PeriodView:
             .order_by(UnpooledUsageRecord.tenant, UnpooledUsageRecord.klass)
         ).scalars()
     )
-    return PeriodView(period=period, lines=lines, usage=usage, unattributed=unattributed, costs=costs, unpooled=unpooled)
+    findings = findings_summary(session=session, start=period.starts_at, end=period.ends_at)
+    return PeriodView(period=period, lines=lines, usage=usage, unattributed=unattributed, costs=costs,
+                      unpooled=unpooled, findings=findings)
 
 
 def line_dict(line: ChargeLineRecord) -> dict:
@@ -247,4 +252,11 @@ def platform_statement(view: PeriodView) -> dict:
         "unattributed_breaches": breaches,
         "unattributed_penalty_total": sum((b.penalty for b in view.unattributed), ZERO),
         "platform_lines": [line_dict(l) for l in view.lines if l.account == PLATFORM],
+        # Never billed: GPU-seconds a unit reported above its capacity, cut at ingestion.
+        "data_quality": {
+            "findings": view.findings.count,
+            "gpu_hours_cut": (view.findings.gpu_seconds_cut / 3600).quantize(HOURS),
+            "by_pool": {p: {"findings": n, "gpu_hours_cut": (cut / 3600).quantize(HOURS)}
+                        for p, (n, cut) in sorted(view.findings.by_pool.items())},
+        },
     }

@@ -145,6 +145,10 @@ def render_pdf(view: PeriodView) -> bytes:
         f"Unattributed SLA breach minutes: {len(statement['unattributed_breaches'])}"
         f" (penalty nobody pays: {_money(statement['unattributed_penalty_total'], cur)})"
     )
+    quality = statement["data_quality"]
+    if quality["findings"]:
+        doc.line_text(f"Data quality: {quality['findings']} unit-hours above capacity, "
+                      f"{quality['gpu_hours_cut']:.2f} GPU-hours cut (not billed)")
 
     for tenant in view.tenants:
         _invoice_page(doc, view, tenant)

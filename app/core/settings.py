@@ -19,7 +19,13 @@ class Settings(BaseSettings):
     database_url: str = f"sqlite:///{Path('var') / 'chargeback.db'}"
     # Unset means the built-in cluster simulator is the metrics source.
     prometheus_url: str | None = None
-    scrape_interval_s: int = 30
+    # Unset: each scrape target's interval is inferred from the samples it stored; set to override.
+    scrape_interval_s: int | None = None
+    # dcgm-exporter's own pod (a series naming it is a free unit); comma lists, empty = the defaults
+    # for the dcgm-exporter Helm chart and the GPU Operator (app/metrics/labels.py).
+    exporter_containers: str = ""
+    exporter_jobs: str = ""
+    exporter_pod_regex: str = ""
     billing_timezone: str = "UTC"
     secret_key: str = DEV_SECRET
     # The simulator, when it is the source.

@@ -16,9 +16,11 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 
 from app.metrics.histograms import BREACH, CLEAR, UNRESOLVED, verdict
+from app.metrics.timeslicing import split_time_sliced
 from app.metrics.types import (
     OCCUPANCY_METRICS,
     BreachMinute,
+    DataFinding,
     GpuEnergy,
     HourRollup,
     ModelEnergy,
@@ -181,10 +183,27 @@ def unresolved_minutes(batch: SourceBatch, lo: int, hi: int, policy: PolicyDocum
     return out
 
 
-def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scrape_interval_s: int) -> HourRollup:
+def _interval(s: OccupancySeries, override_s: int | None) -> Fraction:
+    """Seconds per sample: the override, else what the source inferred, else the fullest minute's spacing."""
+    if override_s:
+        return Fraction(override_s)
+    if s.interval_s:
+        return Fraction(s.interval_s)
+    return Fraction(MINUTE_S, max(max(s.samples.values(), default=1), 1))
+
+
+def _over_capacity(pool: str, unit: tuple, billed: Fraction, capacity: Fraction, what: str) -> DataFinding:
+    """The finding for a unit whose reported use was cut back to its capacity."""
+    return DataFinding(kind="over_capacity", pool=pool, unit="/".join(p for p in unit if p),
+                       gpu_seconds_cut=quantize_micro(billed - capacity),
+                       detail=(f"{what} reported {float(billed):g} GPU-s on a unit of {float(capacity):g} GPU-s; "
+                               "the excess was cut, not billed"))
+
+
+def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
+                   scrape_interval_s: int | None = None) -> HourRollup:
     """Attribute one hour [hour, hour + 3600) of `batch` to pools, tenants, classes and dark|busy."""
     lo, hi = hour, hour + HOUR_S
-    interval = Fraction(scrape_interval_s)
     chosen = _occupancy_choice(batch.occupancy, lo, hi)
 
     # Physical GPUs seen per pool (capacity counts every GPU that reported, occupied or not).
@@ -192,6 +211,8 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
     # unit -> [(series, its counts in the hour)] for series that carry a pod.
     per_unit: dict[tuple, list] = defaultdict(list)
     used: list[OccupancySeries] = []
+    # Time-sliced nodes that kube-state-metrics describes: their units are split per node, below.
+    sliced: dict[str, list] = {n: [] for p in policy.pools for n in p.time_sliced_nodes if batch.gpu_holders.get(n)}
     for s in batch.occupancy:
         unit = s.labels.unit
         if chosen.get(unit) != s.metric:
@@ -208,6 +229,9 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
         pool_gpus[_pool_of(policy, s.labels.host)][s.labels.physical_gpu] = s.labels.model
         if not s.labels.pod or s.hourly:
             continue  # the unit reported, but no pod held it: capacity, not usage
+        if s.labels.host in sliced:
+            sliced[s.labels.host].append((s, counts))
+            continue
         used.append(s)
         per_unit[unit].append((s, counts))
 
@@ -227,7 +251,7 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
         ck = (s.labels.namespace, s.labels.workload_class)
         if ck not in classes:
             classes[ck] = _classify(policy, *ck)
-        weight = interval * unit_fraction(s.labels.model, s.labels.mig_profile)
+        weight = _interval(s, scrape_interval_s) * unit_fraction(s.labels.model, s.labels.mig_profile)
         if weight not in weights:
             weights[weight] = len(weight_list)
             weight_list.append(weight)
@@ -241,7 +265,12 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
     series_split: dict[int, list[int]] = {}
     # (pool, breach minute) -> tenant -> GPU-seconds of training/preprocessing.
     colocated: dict[tuple, dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
-    for unit_series in per_unit.values():
+    findings: list[DataFinding] = []
+    for unit, unit_series in per_unit.items():
+        # This unit's contributions, kept apart until its total is checked against its capacity.
+        counts_u: dict[tuple, int] = defaultdict(int)
+        shared_u: dict[tuple, Fraction] = defaultdict(Fraction)
+        colocated_u: dict[tuple, Fraction] = defaultdict(Fraction)
         if len(unit_series) == 1:  # one pod on the unit all hour: nothing to split
             s, counts = unit_series[0]
             pool, tenant, klass, weight, wi = info[id(s)]
@@ -254,34 +283,67 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
             else:
                 dark_n = sum(counts[t] for t in counts.keys() & dark)
             busy_n = total_n - dark_n
-            sample_counts[(pool, tenant, klass, True, wi)] += dark_n
-            sample_counts[(pool, tenant, klass, False, wi)] += busy_n
+            counts_u[(pool, tenant, klass, True, wi)] += dark_n
+            counts_u[(pool, tenant, klass, False, wi)] += busy_n
             series_split[id(s)] = [dark_n, busy_n]
             if klass in COLOCATED_CLASSES:
                 for t in breach_times.get(pool, ()):
                     if t in counts:
-                        colocated[(pool, t)][tenant] += weight * counts[t]
-            continue
-        by_minute: dict[int, list] = defaultdict(list)
-        for s, counts in unit_series:
-            series_split[id(s)] = [0, 0]
-            for t, c in counts.items():
-                by_minute[t].append((s, c))
-        for t, entries in by_minute.items():
-            total = sum(c for _, c in entries)
-            peak = max(c for _, c in entries)
-            for s, c in entries:
-                pool, tenant, klass, weight, wi = info[id(s)]
-                is_dark = t in dark_by_pool[pool]
-                series_split[id(s)][0 if is_dark else 1] += c
-                if total == peak:
-                    sample_counts[(pool, tenant, klass, is_dark, wi)] += c
-                    seconds = weight * c
-                else:  # pods share the unit in this minute: equal split (see module docstring)
-                    seconds = Fraction(c * peak, total) * weight
-                    shared[(pool, tenant, klass, is_dark)] += seconds
-                if klass in COLOCATED_CLASSES and t in breach_times.get(pool, ()):
-                    colocated[(pool, t)][tenant] += seconds
+                        colocated_u[(pool, t, tenant)] += weight * counts[t]
+        else:
+            by_minute: dict[int, list] = defaultdict(list)
+            for s, counts in unit_series:
+                series_split[id(s)] = [0, 0]
+                for t, c in counts.items():
+                    by_minute[t].append((s, c))
+            for t, entries in by_minute.items():
+                total = sum(c for _, c in entries)
+                peak = max(c for _, c in entries)
+                for s, c in entries:
+                    pool, tenant, klass, weight, wi = info[id(s)]
+                    is_dark = t in dark_by_pool[pool]
+                    series_split[id(s)][0 if is_dark else 1] += c
+                    if total == peak:
+                        counts_u[(pool, tenant, klass, is_dark, wi)] += c
+                        seconds = weight * c
+                    else:  # pods (or vgpu replicas) share the unit in this minute: split by series held
+                        seconds = Fraction(c * peak, total) * weight
+                        shared_u[(pool, tenant, klass, is_dark)] += seconds
+                    if klass in COLOCATED_CLASSES and t in breach_times.get(pool, ()):
+                        colocated_u[(pool, t, tenant)] += seconds
+        # A unit is never billed above its capacity: cut the excess pro rata and record it.
+        first = unit_series[0][0].labels
+        capacity = HOUR_S * unit_fraction(first.model, first.mig_profile)
+        billed = (sum((weight_list[k[4]] * n for k, n in counts_u.items()), Fraction(0))
+                  + sum(shared_u.values(), Fraction(0)))
+        if billed > capacity:
+            scale = capacity / billed
+            scaled: dict[tuple, Fraction] = defaultdict(Fraction, {k: v * scale for k, v in shared_u.items()})
+            for k, n in counts_u.items():
+                if n:
+                    scaled[k[:4]] += weight_list[k[4]] * n * scale
+            counts_u, shared_u = {}, scaled
+            colocated_u = {k: v * scale for k, v in colocated_u.items()}
+            findings.append(_over_capacity(info[id(unit_series[0][0])][0], unit, billed, capacity,
+                                           f"{len(unit_series)} series"))
+        for k, n in counts_u.items():
+            sample_counts[k] += n
+        for k, v in shared_u.items():
+            shared[k] += v
+        for (pool, t, tenant), v in colocated_u.items():
+            colocated[(pool, t)][tenant] += v
+
+    for host, host_series in sliced.items():
+        pool = _pool_of(policy, host)
+        split, cuts = split_time_sliced(
+            host_series, batch.gpu_holders[host], dark=dark_by_pool[pool],
+            weight_of=lambda s: (_interval(s, scrape_interval_s), unit_fraction(s.labels.model, s.labels.mig_profile)),
+            classify=lambda namespace: _classify(policy, namespace, ""))
+        findings += [_over_capacity(pool, unit, billed, cap, "time-sliced unit") for unit, billed, cap in cuts]
+        for (tenant, klass, is_dark, t), seconds in split.items():
+            shared[(pool, tenant, klass, is_dark)] += seconds
+            if klass in COLOCATED_CLASSES and t in breach_times.get(pool, ()):
+                colocated[(pool, t)][tenant] += seconds
 
     usage: dict[tuple, Fraction] = defaultdict(Fraction)
     for (pool, tenant, klass, is_dark, wi), n in sample_counts.items():
@@ -328,7 +390,7 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument, scr
         for sla, m, p99_ms in breaches
     ]
     return HourRollup(hour=hour, usage=rows, pools=pool_rows, breaches=breach_rows,
-                      unresolved=unresolved_minutes(batch, lo, hi, policy))
+                      unresolved=unresolved_minutes(batch, lo, hi, policy), findings=findings)
 
 
 def hour_of(t: int) -> int:
@@ -369,6 +431,10 @@ def split_hours(batch: SourceBatch) -> dict[int, SourceBatch]:
                 if end in e.power_w:
                     part.power_w[end] = e.power_w[end]
                 target.energy.append(part)
+    for host, minutes in batch.gpu_holders.items():
+        for t, held in minutes.items():
+            if hour_of(t) in out:
+                out[hour_of(t)].gpu_holders.setdefault(host, {})[t] = held
     for name, svc in batch.services.items():
         for h in out:
             out[h].services[name] = ServiceMinutes(service=name)

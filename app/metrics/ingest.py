@@ -25,6 +25,7 @@ from app.metrics.attribution import attribute_hour, split_hours
 from app.metrics.models import (
     BreachMinuteRollup,
     BreachShare,
+    DataQualityFinding,
     IngestHour,
     PoolHourModel,
     PoolHourRollup,
@@ -74,7 +75,8 @@ def policy_at(*, session: Session, hour: datetime) -> tuple[int, PolicyDocument]
     return version.id, load_document(version)
 
 
-def ingest_hours(*, session: Session, source: MetricsSource, start: datetime, end: datetime, scrape_interval_s: int,
+def ingest_hours(*, session: Session, source: MetricsSource, start: datetime, end: datetime,
+                 scrape_interval_s: int | None = None,
                  progress: Callable[[datetime, str], None] | None = None, now: datetime | None = None,
                  hours_per_fetch: int | None = None) -> IngestReport:
     """Ingest every whole hour in [start, end); returns which hours are ok and which became gaps."""
@@ -83,7 +85,8 @@ def ingest_hours(*, session: Session, source: MetricsSource, start: datetime, en
                             hours_per_fetch=hours_per_fetch)
 
 
-def ingest_hour_list(*, session: Session, source: MetricsSource, hours: list[datetime], scrape_interval_s: int,
+def ingest_hour_list(*, session: Session, source: MetricsSource, hours: list[datetime],
+                     scrape_interval_s: int | None = None,
                      progress: Callable[[datetime, str], None] | None = None, now: datetime | None = None,
                      hours_per_fetch: int | None = None) -> IngestReport:
     """Ingest the given hour starts; consecutive hours under one policy version share a fetch.
@@ -107,7 +110,7 @@ def _fewer_gc_pauses():
         gc.set_threshold(*before)
 
 
-def _ingest(*, session: Session, source: MetricsSource, hours: list[datetime], scrape_interval_s: int,
+def _ingest(*, session: Session, source: MetricsSource, hours: list[datetime], scrape_interval_s: int | None,
             progress: Callable[[datetime, str], None] | None, now: datetime | None,
             hours_per_fetch: int | None) -> IngestReport:
     report = IngestReport()
@@ -190,7 +193,7 @@ def replace_hour(session: Session, rollup: HourRollup, version_id: int) -> None:
     hour = from_epoch(rollup.hour)
     breach_ids = select(BreachMinuteRollup.id).where(BreachMinuteRollup.hour == hour)
     session.execute(delete(BreachShare).where(BreachShare.breach_id.in_(breach_ids)))
-    for table in (BreachMinuteRollup, UsageRollup, PoolHourModel, PoolHourRollup, SlaUnresolvedHour):
+    for table in (BreachMinuteRollup, UsageRollup, PoolHourModel, PoolHourRollup, SlaUnresolvedHour, DataQualityFinding):
         session.execute(delete(table).where(table.hour == hour))
     # Plain executemany inserts: building ORM objects for thousands of rows costs more than the writes.
     if rollup.usage:
@@ -205,6 +208,12 @@ def replace_hour(session: Session, rollup: HourRollup, version_id: int) -> None:
             {"hour": hour, "pool": p.pool, "gpus": p.gpus, "capacity_gpu_seconds": p.capacity_gpu_seconds,
              "dark_minutes": p.dark_minutes, "policy_version_id": version_id}
             for p in rollup.pools
+        ])
+    if rollup.findings:
+        session.execute(insert(DataQualityFinding), [
+            {"hour": hour, "pool": f.pool, "kind": f.kind, "unit": f.unit, "gpu_seconds_cut": f.gpu_seconds_cut,
+             "detail": f.detail[:2000]}
+            for f in rollup.findings
         ])
     models = [{"hour": hour, "pool": p.pool, "model": m.model, "gpus": m.gpus, "measured_gpus": m.measured_gpus,
                "measured_kwh": m.measured_kwh} for p in rollup.pools for m in p.models]

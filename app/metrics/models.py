@@ -102,3 +102,15 @@ class SlaUnresolvedHour(SQLModel, table=True):
     service_tenant: str
     pool: str
     minutes: int
+class DataQualityFinding(SQLModel, table=True):
+    """What an hour's data said that was cut rather than billed (a unit above its capacity), with why."""
+
+    __tablename__ = "data_quality_finding"
+
+    id: int | None = Field(default=None, primary_key=True)
+    hour: datetime = Field(index=True)
+    pool: str
+    kind: str  # over_capacity
+    unit: str  # host/UUID[/GPU instance]
+    gpu_seconds_cut: Decimal = Field(sa_column=Column(GPU_SECONDS, nullable=False))
+    detail: str = ""

@@ -12,13 +12,20 @@ HTTP API is served by Thanos, Mimir and VictoriaMetrics.
 Counters (energy, requests, latency buckets) are read as raw window values and their increases
 computed in Python (counters.py, serving.py), so no engine's extrapolation enters; every answer is
 checked and bounded by a deadline (promql_http.py); silent nodes make gaps (presence.py).
+Whatever the install, the workload is read by `labels.workload_of` (exported_* behind a
+ServiceMonitor, the exporter's own pod = a free unit); series are kept per scrape (job, instance,
+replica) so that each target's sample interval is inferred from its whole minutes, and copies of
+one series from other jobs or HA replicas are merged, each minute counted once (`merge_copies`).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 import time
-from collections.abc import Callable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,6 +36,7 @@ from urllib3.util.retry import Retry
 
 from app.core.errors import Invalid, Unavailable
 from app.core.timeutil import epoch
+from app.metrics import labels as rules
 from app.metrics.counters import hour_increase
 from app.metrics.presence import LOOKBACK_HOURS, presence_plan
 from app.metrics.promql_http import decode_matrix, get_body
@@ -39,13 +47,17 @@ from app.policy.document import PolicyDocument
 MAX_POINTS = 11_000
 HOUR_S = 3600
 MINUTE_S = 60
-# The labels that identify a unit and its pod; absent labels group as "" (both host spellings kept).
-UNIT_LABELS = "Hostname, hostname, UUID, gpu, modelName, GPU_I_ID, GPU_I_PROFILE, namespace, pod, container, workload_class"
+# The labels that identify a unit, its pod (as exported_* behind a ServiceMonitor, else as printed)
+# and the scrape that stored it; absent labels group as "" (both host spellings kept).
+TARGET_LABELS = ("job", "instance", "prometheus", "prometheus_replica", "replica")
+UNIT_LABELS = ("Hostname, hostname, UUID, gpu, modelName, GPU_I_ID, GPU_I_PROFILE, namespace, pod, container, "
+               "exported_namespace, exported_pod, exported_container, vgpu, workload_class, " + ", ".join(TARGET_LABELS))
 GPU_LABELS = "Hostname, hostname, UUID, modelName"
 SEEN_LABELS = "Hostname, hostname, UUID, gpu, modelName, GPU_I_ID, GPU_I_PROFILE"
 UNIT_KEY = "Hostname, hostname, UUID, GPU_I_ID"
 GPU_UTIL = OCCUPANCY_METRICS[0]
-POD = 'pod!=""'  # dcgm-exporter sets pod="" on a free unit, which Prometheus stores as no label
+# Whole minutes per scrape target enough to infer its interval.
+EVIDENCE_MINUTES = 1440
 ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 POWER = "DCGM_FI_DEV_POWER_USAGE"
 # GPU_UTIL is a percentage; activity is kept as a 0..1 ratio like GR_ENGINE_ACTIVE.
@@ -67,7 +79,8 @@ class PrometheusSource:
     """A `MetricsSource` over the Prometheus HTTP API (prometheus-api-client)."""
 
     url: str
-    scrape_interval_s: int = 30
+    # None: each scrape target's interval is inferred from the samples it stored (mixed fleets work).
+    scrape_interval_s: int | None = None
     timeout_s: float = 60.0  # per connect / socket read
     deadline_s: float = 300.0  # per query, wall clock: a dripping server cannot hang ingestion
     # Host regexes; each is queried on its own (a fleet too large for one answer). Empty = one shard.
@@ -78,6 +91,7 @@ class PrometheusSource:
     retries: int = 2
     # When a list is given, every query is appended to it with its duration (for benchmarks).
     log: list[QueryRecord] | None = None
+    exporter: rules.ExporterIdentity = rules.DEFAULT_EXPORTER
 
     def __post_init__(self) -> None:
         retry = Retry(total=self.retries, backoff_factor=0.2, status_forcelist=(502, 503, 504),
@@ -97,14 +111,17 @@ class PrometheusSource:
         if s % HOUR_S or e % HOUR_S or e <= s:
             raise Invalid(f"fetch needs whole hours, got {start.isoformat()} .. {end.isoformat()}")
         batch = SourceBatch(start=s, end=e)
-        occupancy: dict[tuple, OccupancySeries] = {}
+        occupancy: dict[tuple, OccupancySeries] = {}  # (labels, metric, hourly, scrape) -> series
         energy: dict[tuple, GpuEnergy] = {}
         plan: list[tuple[str, int, int, int, Callable[[list], None]]] = []
         step = self.max_chunk_hours * HOUR_S
+        pod_nodes: dict[str, str] = {}  # exporter pod -> node, for exporters that print their pod as Hostname
         for cs in range(s, e, step):
             ce = min(cs + step, e)
+            plan += self._nodes_plan(pod_nodes, cs, ce)
+            plan += self._holders_plan(batch, cs, ce, policy)
             for shard in self.host_shards or (None,):
-                plan += self._occupancy_plan(occupancy, cs, ce, shard)
+                plan += self._occupancy_plan(occupancy, cs, ce, shard, pod_nodes)
                 plan += self._energy_plan(energy, cs, ce, shard)
                 plan += presence_plan(batch, cs, ce, lambda w, shard=shard: " or ".join(
                     _over(shard, "count_over_time", m, w) for m in OCCUPANCY_METRICS), self.outage_lookback_hours)
@@ -128,36 +145,75 @@ class PrometheusSource:
             finally:
                 for future in futures:
                     future.cancel()
-        batch.occupancy = list(occupancy.values())
+        batch.occupancy = merge_copies(occupancy.values(), self.scrape_interval_s)
         batch.energy = list(energy.values())
         return batch
 
     # ---- queries: (promql, start, end, step, what to do with the answer) ----
 
-    def _occupancy_plan(self, out: dict[tuple, OccupancySeries], cs: int, ce: int, shard: str | None) -> list:
+    def _nodes_plan(self, pod_nodes: dict[str, str], cs: int, ce: int) -> list:
+        """kube_pod_info's node of each exporter pod (without NODE_NAME the exporter prints its pod as Hostname)."""
+        def nodes(result: list) -> None:
+            pod_nodes.update((i["metric"]["pod"], i["metric"]["node"]) for i in result
+                             if i["metric"].get("pod") and i["metric"].get("node"))
+
+        selector = f"kube_pod_info{{pod=~{json.dumps(self.exporter.pod_regex)}}}"
+        return [(f"max by (pod, node) (max_over_time({selector}[3599999ms]))", cs + HOUR_S, ce, HOUR_S, nodes)]
+
+    def _holders_plan(self, batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) -> list:
+        """Per minute, the pods kube-state-metrics shows holding GPUs on the policy's time-sliced nodes."""
+        hosts = sorted({n for p in policy.pools for n in p.time_sliced_nodes})
+        if not hosts:
+            return []
+        regex = json.dumps("|".join(re.escape(h) for h in hosts))
+        requests_q = ('max by (namespace, pod, container) (max_over_time('
+                      'kube_pod_container_resource_requests{resource="nvidia_com_gpu"}[59999ms]))')
+        info_q = f"max by (namespace, pod, node) (max_over_time(kube_pod_info{{node=~{regex}}}[59999ms]))"
+        query = f"sum by (node, namespace, pod) ({requests_q} * on (namespace, pod) group_left (node) {info_q})"
+
+        def holders(result: list) -> None:
+            for item in result:
+                m = item["metric"]
+                minutes = batch.gpu_holders.setdefault(m.get("node", ""), {})
+                for t, v in item["values"]:
+                    gpus = float(v)
+                    if math.isfinite(gpus) and gpus > 0:
+                        minutes.setdefault(int(t), {})[(m.get("namespace", ""), m.get("pod", ""))] = gpus
+
+        return [(query, cs + MINUTE_S, ce, MINUTE_S, holders)]
+
+    def _occupancy_plan(self, out: dict[tuple, OccupancySeries], cs: int, ce: int, shard: str | None,
+                        pod_nodes: dict[str, str] | None = None) -> list:
         plan = []
+        pod_nodes = {} if pod_nodes is None else pod_nodes
+        targets: set[tuple[str, str]] = set()  # scrape targets' own pods, seen beside exported_* labels
+        held = self._held()
         for metric in OCCUPANCY_METRICS:
             def counts(result: list, metric: str = metric) -> None:
+                _note_targets(result, targets)
                 for item in result:
-                    series = _series(out, item["metric"], metric)
-                    series.samples.update({int(t): _count(v) for t, v in item["values"] if v != "0"})
+                    series = self._series(out, item["metric"], metric, pod_nodes, targets)
+                    if series is not None:
+                        series.samples.update({int(t): _count(v) for t, v in item["values"] if v != "0"})
 
             def sums(result: list, metric: str = metric) -> None:
                 scale = ACTIVITY_SCALE[metric]
+                _note_targets(result, targets)
                 for item in result:
-                    _series(out, item["metric"], metric).activity.update(
-                        {int(t): float(v) * scale for t, v in item["values"]})
+                    series = self._series(out, item["metric"], metric, pod_nodes, targets)
+                    if series is not None:
+                        series.activity.update({int(t): float(v) * scale for t, v in item["values"]})
 
             def seen(result: list, metric: str = metric) -> None:
                 for item in result:
-                    series = _series(out, item["metric"], metric, hourly=True)
+                    series = _series(out, _labels(item["metric"], None, pod_nodes), metric, hourly=True)
                     series.samples.update({int(t): _count(v) for t, v in item["values"] if v != "0"})
 
             # Per-minute counts only where a pod holds the unit (about half the points of a busy
             # fleet); that a unit reported at all (capacity, metric choice) is counted per hour.
             # GR_ENGINE_ACTIVE is not needed where the unit reports GPU_UTIL (datacenter GPUs report both).
-            per_minute = _over(shard, "count_over_time", metric, "59999ms", POD)
-            per_hour = _over(shard, "sum_over_time", metric, "3599999ms", POD)
+            per_minute = _over_any(shard, "count_over_time", metric, "59999ms", held)
+            per_hour = _over_any(shard, "sum_over_time", metric, "3599999ms", held)
             if metric != GPU_UTIL:
                 per_minute = f"({per_minute}) unless on ({UNIT_KEY}) ({_over(shard, 'count_over_time', GPU_UTIL, '59999ms')})"
                 per_hour = f"({per_hour}) unless on ({UNIT_KEY}) ({_over(shard, 'count_over_time', GPU_UTIL, '3599999ms')})"
@@ -166,6 +222,19 @@ class PrometheusSource:
             plan.append((f"sum by ({SEEN_LABELS}) ({_over(shard, 'count_over_time', metric, '3599999ms')})",
                          cs + HOUR_S, ce, HOUR_S, seen))
         return plan
+
+    def _held(self) -> tuple[str, ...]:
+        """Matchers for series that may name a workload: exported_* ones, or a pod that is not the exporter's."""
+        exporters = "|".join(sorted(re.escape(c) for c in self.exporter.containers))
+        return ('exported_pod!=""', f'pod!="", exported_pod="", container!~{json.dumps(exporters)}')
+
+    def _series(self, out: dict[tuple, OccupancySeries], m: dict, metric: str, pod_nodes: dict[str, str],
+                targets: set[tuple[str, str]] = frozenset()) -> OccupancySeries | None:
+        """The per-scrape series of a held unit, or None when its pod is the exporter's own (a free unit)."""
+        workload = rules.workload_of(m, self.exporter, targets)
+        if workload is None:
+            return None
+        return _series(out, _labels(m, workload, pod_nodes), metric, scrape=tuple(m.get(k, "") for k in TARGET_LABELS))
 
     def _energy_plan(self, out: dict[tuple, GpuEnergy], cs: int, ce: int, shard: str | None) -> list:
         # The counter's hourly extremes and resets; the increase is computed in Python (counters.py),
@@ -246,22 +315,103 @@ def _over(shard: str | None, func: str, metric: str, window: str, matcher: str =
             f"{func}({metric}{{hostname=~{regex}{extra}}}[{window}]))")
 
 
-def _labels(m: dict) -> SeriesLabels:
+def _note_targets(result: list, targets: set[tuple[str, str]]) -> None:
+    """Where a series has exported_* labels its plain pod is the scrape target's, i.e. the exporter, whatever
+    its container is called: a series of that target naming only that pod is then a free unit."""
+    for item in result:
+        m = item["metric"]
+        if m.get("exported_pod") and m.get("pod"):
+            targets.add((m.get("namespace", ""), m["pod"]))
+
+
+def _over_any(shard: str | None, func: str, metric: str, window: str, matchers: Sequence[str]) -> str:
+    """`_over` for each of several (disjoint) matchers, joined by `or`."""
+    parts = [_over(shard, func, metric, window, m) for m in matchers]
+    return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
+
+
+def _labels(m: dict, workload: rules.Workload | None, pod_nodes: dict[str, str] | None = None) -> SeriesLabels:
+    w = workload or rules.Workload(namespace="", pod="")
     return SeriesLabels(
-        host=m.get("Hostname") or m.get("hostname", ""), uuid=m.get("UUID", ""), gpu=m.get("gpu", ""),
+        host=rules.host_of(m, pod_nodes), uuid=m.get("UUID", ""), gpu=m.get("gpu", ""),
         model=m.get("modelName", ""), gpu_instance=m.get("GPU_I_ID", ""), mig_profile=m.get("GPU_I_PROFILE", ""),
-        namespace=m.get("namespace", ""), pod=m.get("pod", ""), container=m.get("container", ""),
-        workload_class=m.get("workload_class", ""),
+        namespace=w.namespace, pod=w.pod, container=w.container, workload_class=m.get("workload_class", ""),
+        vgpu=w.vgpu,
     )
 
 
-def _series(out: dict[tuple, OccupancySeries], m: dict, metric: str, hourly: bool = False) -> OccupancySeries:
-    labels = _labels(m)
-    key = (labels, metric, hourly)
+def _series(out: dict[tuple, OccupancySeries], labels: SeriesLabels, metric: str, hourly: bool = False,
+            scrape: tuple = ()) -> OccupancySeries:
+    key = (labels, metric, hourly, scrape)
     series = out.get(key)
     if series is None:
-        series = out[key] = OccupancySeries(labels=labels, metric=metric, hourly=hourly)
+        series = out[key] = OccupancySeries(labels=labels, metric=metric, hourly=hourly, scrape=scrape)
     return series
+
+
+def infer_intervals(series: Iterable[OccupancySeries]) -> dict[tuple, int]:
+    """Seconds between samples per scrape target, from per-minute counts of the minutes inside each run.
+
+    A minute whose neighbours both have samples is wholly inside the series' life, so it holds
+    60 / interval samples on average (exact for any interval up to 60 s over whole runs); a target
+    with no such minute falls back to its fullest minute.
+    """
+    minutes: dict[tuple, int] = defaultdict(int)
+    samples: dict[tuple, int] = defaultdict(int)
+    fullest: dict[tuple, int] = defaultdict(int)
+    for s in series:
+        if s.hourly or not s.samples:
+            continue
+        scrape = s.scrape
+        if minutes[scrape] >= EVIDENCE_MINUTES:
+            continue  # a day of whole minutes settles a target's interval; the rest would only cost CPU
+        have = s.samples
+        for t, c in have.items():
+            fullest[scrape] = max(fullest[scrape], c)
+            if t - MINUTE_S in have and t + MINUTE_S in have:
+                minutes[scrape] += 1
+                samples[scrape] += c
+    out = {}
+    for scrape, peak in fullest.items():
+        if samples.get(scrape):
+            out[scrape] = max(1, round(MINUTE_S * minutes[scrape] / samples[scrape]))
+        else:
+            out[scrape] = max(1, MINUTE_S // max(peak, 1))
+    return out
+
+
+def merge_copies(series: Iterable[OccupancySeries], override_s: int | None = None) -> list[OccupancySeries]:
+    """One series per (unit, workload, metric): copies stored by other jobs or HA replicas count once.
+
+    Per minute the copy that saw the most GPU-seconds wins (a replica that restarted mid-hour does
+    not shorten the other's record); counts are re-expressed in the gcd of the copies' intervals,
+    so the result stays in whole samples.
+    """
+    series = list(series)
+    intervals = {} if override_s else infer_intervals(series)
+    groups: dict[tuple, list[OccupancySeries]] = defaultdict(list)
+    for s in series:
+        s.interval_s = override_s or intervals.get(s.scrape, 0)
+        groups[(s.labels, s.metric, s.hourly)].append(s)
+    out = []
+    for copies in groups.values():
+        if len(copies) == 1 or copies[0].hourly:
+            first = copies[0]
+            for other in copies[1:]:  # hourly: only whether the unit reported matters
+                for t, c in other.samples.items():
+                    first.samples[t] = max(first.samples.get(t, 0), c)
+            out.append(first)
+            continue
+        unit = math.gcd(*(c.interval_s or 1 for c in copies))
+        merged = OccupancySeries(labels=copies[0].labels, metric=copies[0].metric, interval_s=unit)
+        for c in copies:
+            k = (c.interval_s or 1) // unit
+            for t, n in c.samples.items():
+                merged.samples[t] = max(merged.samples.get(t, 0), n * k)
+            for t, a in c.activity.items():
+                merged.activity[t] = max(merged.activity.get(t, 0.0), a * k)
+        out.append(merged)
+    return out
 
 
 def _gpu_key(m: dict) -> tuple[str, str]:

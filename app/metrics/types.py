@@ -32,6 +32,7 @@ class SeriesLabels:
     pod: str = ""
     container: str = ""
     workload_class: str = ""  # optional per-pod override, from a `workload_class` label
+    vgpu: str = ""  # time-slicing replica (--kubernetes-virtual-gpus): one series per pod and replica
 
     @property
     def unit(self) -> tuple[str, str, str]:
@@ -51,6 +52,10 @@ class OccupancySeries:
     # Additive: True for a series that only says a unit reported (no pod): `samples` is then keyed
     # by hour end (samples in that hour). Enough for capacity and the metric choice, at 1/60 the points.
     hourly: bool = False
+    # Seconds one sample stands for: inferred from the data per scrape target (0 = unknown, the
+    # caller's override or default applies).
+    interval_s: int = 0
+    scrape: tuple = ()  # the job/instance/replica labels of the scrape that stored it (copies are merged)
 
 
 @dataclass
@@ -81,6 +86,9 @@ class SourceBatch:
     # hour start -> why the source cannot vouch for that hour (e.g. a node's exporter went silent):
     # ingestion records these hours as gaps instead of rolling them up.
     gaps: dict[int, str] = field(default_factory=dict)
+    # Time-sliced nodes only (policy `time_sliced_nodes`): node -> minute end -> {(namespace, pod): GPUs
+    # requested}, from kube-state-metrics.
+    gpu_holders: dict[str, dict[int, dict[tuple[str, str], float]]] = field(default_factory=dict)
 
 
 class MetricsSource(Protocol):
@@ -130,6 +138,17 @@ class BreachMinute:
     colocated: tuple[tuple[str, Decimal], ...]  # (training/preprocessing tenant, gpu_seconds in that minute)
 
 
+@dataclass(frozen=True)
+class DataFinding:
+    """Something the source said that was cut rather than billed (e.g. a unit above its capacity)."""
+
+    kind: str  # over_capacity
+    pool: str
+    unit: str  # host/UUID[/GPU instance]
+    gpu_seconds_cut: Decimal  # quantized to 1e-6
+    detail: str
+
+
 @dataclass
 class HourRollup:
     hour: int  # epoch seconds of the hour's start
@@ -138,3 +157,4 @@ class HourRollup:
     breaches: list[BreachMinute] = field(default_factory=list)
     # (service, service tenant, pool) -> minutes whose P99 bucket straddles the red line: not billed, shown
     unresolved: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    findings: list[DataFinding] = field(default_factory=list)

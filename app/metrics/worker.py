@@ -25,6 +25,7 @@ from app.core.settings import Settings, get_settings
 from app.core.timeutil import HOUR, aware, floor_hour, hours_between, utcnow
 from app.metrics.ingest import IngestReport, hour_status, ingest_hour_list
 from app.metrics.models import IngestHour
+from app.metrics.quality import findings_summary
 from app.metrics.types import MetricsSource
 
 log = logging.getLogger(__name__)
@@ -157,6 +158,7 @@ def run_worker(*, engine: Engine | None = None, source: MetricsSource | None = N
 def ingestion_health(session: Session, now: datetime | None = None) -> dict:
     """Figures for the portal's /metrics: lag behind now, gap hours, ok hours, last hour's duration."""
     now = aware(now or utcnow())
+    quality = findings_summary(session=session)
     newest_ok = session.exec(select(func.max(IngestHour.hour)).where(IngestHour.status == "ok")).one()
     gaps = session.exec(select(func.count()).select_from(IngestHour).where(IngestHour.status == "gap")).one()
     ok = session.exec(select(func.count()).select_from(IngestHour).where(IngestHour.status == "ok")).one()
@@ -169,4 +171,6 @@ def ingestion_health(session: Session, now: datetime | None = None) -> dict:
         "ok_hours": int(ok or 0),
         "last_duration_seconds": None if last is None else float(last.duration_s),
         "last_ingested_at": None if last is None or last.ingested_at is None else aware(last.ingested_at).isoformat(),
+        "data_quality_findings": quality.count,
+        "data_quality_gpu_seconds_cut": float(quality.gpu_seconds_cut),
     }

@@ -41,6 +41,10 @@ class Pool(Strict):
     # Additive: the pool's GPUs are nodes x gpus_per_node; its model defaults to the only priced one.
     gpus_per_node: int = Field(default=8, ge=1, le=1024)
     gpu_model: str | None = None
+    # Additive: nodes whose GPUs the device plugin shares by time-slicing while dcgm-exporter runs
+    # without --kubernetes-virtual-gpus (it then shows one of the sharing pods per GPU). Their use is
+    # split among the pods kube-state-metrics shows holding GPUs on the node, by GPUs requested.
+    time_sliced_nodes: list[str] = Field(default_factory=list)
 
 
 class GpuPrice(Strict):

@@ -166,6 +166,9 @@ def _pools(doc: PolicyDocument, report: _Report) -> None:
                 message = f"node '{node}' is listed twice" if other == pool.name else f"node '{node}' is already in pool '{other}'"
                 report.error(path_of("pools", i, "nodes", k), message)
             node_pool.setdefault(node, pool.name)
+        for k, node in enumerate(pool.time_sliced_nodes):
+            if node not in pool.nodes:
+                report.error(path_of("pools", i, "time_sliced_nodes", k), f"node '{node}' is not in this pool's nodes")
         report.fraction(path_of("pools", i, "reserved_fraction"), pool.reserved_fraction)
         if pool.gpus_per_node < 1:
             report.error(path_of("pools", i, "gpus_per_node"), "must be at least 1")

@@ -17,6 +17,7 @@ from sqlmodel import Session, col, select
 
 from app.core.timeutil import aware
 from app.metrics.models import IngestHour, PoolHourRollup, UsageRollup
+from app.metrics.quality import FindingsSummary, findings_summary
 from app.web.queries import HOUR_SECONDS, DateRange
 
 ZERO = Decimal(0)
@@ -188,6 +189,7 @@ class IngestionHealth:
     gap_count: int = 0
     ok_count: int = 0
     mean_duration_s: float | None = None
+    quality: FindingsSummary = field(default_factory=FindingsSummary)  # use cut at capacity, in range
 
     @property
     def lag_hours(self) -> float | None:
@@ -216,6 +218,7 @@ def ingestion_health(*, session: Session, period: DateRange, now: datetime) -> I
         lag=None if last is None else max(timedelta(0), now - (last + timedelta(hours=1))),
         gaps=gaps, gap_count=int(counts[1] or 0), ok_count=int(counts[0] or 0),
         mean_duration_s=None if counts[2] is None else float(counts[2]),
+        quality=findings_summary(session=session, start=period.start_utc, end=period.end_utc),
     )
 
 

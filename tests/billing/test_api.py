@@ -227,3 +227,22 @@ def test_viewer_reads_but_cannot_rate_or_export(api, rated):
     problem(api.post("/api/v1/periods/2026-10/rate"), 403)
     problem(api.post("/api/v1/periods/2026-10/close"), 403)
     problem(api.get("/api/v1/periods/2026-10/export?format=pdf"), 403)
+
+
+def test_statement_shows_use_cut_at_capacity_and_bills_none_of_it(api, rated, fresh_engine):
+    """A data-quality finding of the period's hours is on the platform statement; the invoices do not change."""
+    from decimal import Decimal
+
+    from app.metrics.models import DataQualityFinding
+
+    before = api.get("/api/v1/periods/2026-10/invoices").json()
+    assert api.get("/api/v1/periods/2026-10/statement").json()["data_quality"]["findings"] == 0
+    with unit_of_work(fresh_engine) as s:
+        s.add(DataQualityFinding(hour=OCT1, pool="mixed-a100", kind="over_capacity", unit="gpu-a100-01/GPU-A",
+                                 gpu_seconds_cut=Decimal("5400"), detail="2 series reported 9000 GPU-s"))
+        s.add(DataQualityFinding(hour=OCT1 - timedelta(hours=1), pool="mixed-a100", kind="over_capacity",
+                                 unit="gpu-a100-01/GPU-A", gpu_seconds_cut=Decimal("3600"), detail="September"))
+    quality = api.get("/api/v1/periods/2026-10/statement").json()["data_quality"]
+    assert quality["findings"] == 1 and Decimal(quality["gpu_hours_cut"]) == Decimal("1.5")
+    assert Decimal(quality["by_pool"]["mixed-a100"]["gpu_hours_cut"]) == Decimal("1.5")
+    assert api.get("/api/v1/periods/2026-10/invoices").json() == before

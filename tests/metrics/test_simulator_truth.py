@@ -89,3 +89,17 @@ def test_prometheus_with_backfilled_simulator_history_equals_truth(session, sim,
     truth = sim.truth(START, end)
     assert_truth_is_interesting(truth)
     assert_equals_truth(stored(session, START, end), truth)
+
+
+def test_a_15_s_fleet_with_the_interval_inferred_equals_truth(session, tmp_path):
+    """The charts' 15 s scrape, no CHARGEBACK_SCRAPE_INTERVAL_S: samples count 15 GPU-seconds each, not 30."""
+    sim15 = Simulator(seed=42, gpus=32, scrape_interval_s=15)
+    hours = 3
+    end = START + timedelta(hours=hours)
+    add_policy(session, sim15.policy(), effective_epoch=epoch(START) - 86400)
+    with PrometheusServer.from_simulator(tmp_path, sim15, START, end) as server:
+        report = ingest_hours(session=session, source=PrometheusSource(server.url, timeout_s=30), start=START, end=end)
+    assert len(report.ok) == hours and not report.gaps
+    truth = sim15.truth(START, end)
+    assert any(k[4] for k in truth.usage) and truth.breaches
+    assert_equals_truth(stored(session, START, end), truth)

@@ -125,6 +125,10 @@ CASES = {
         lambda d: d["pools"].append({"name": "other", "nodes": ["gpu-a100-02"]}),
         [("pools[1].nodes[0]", "node 'gpu-a100-02' is already in pool 'mixed-a100'")],
     ),
+    "time-sliced-node-outside-the-pool": (
+        lambda d: d["pools"][0].update(time_sliced_nodes=["gpu-a100-01", "gpu-l4-09"]),
+        [("pools[0].time_sliced_nodes[1]", "node 'gpu-l4-09' is not in this pool's nodes")],
+    ),
     "duplicate-tenant": (
         lambda d: d["tenants"].append({"name": "etl", "department": "x", "namespaces": [], "class": "preprocessing"}),
         [("tenants[3].name", "duplicate tenant name 'etl' (first at tenants[2])")],

@@ -91,3 +91,28 @@ async def test_security_headers(client):
     api = await client.get("/api/v1/me")
     assert api.headers["x-content-type-options"] == "nosniff"
     assert "content-security-policy" not in api.headers
+
+
+async def test_metrics_and_health_panel_report_use_cut_at_capacity(client, session):
+    """A unit-hour reported above capacity is a data-quality finding: counted on /metrics and shown, never billed."""
+    from decimal import Decimal
+
+    from app.metrics.models import DataQualityFinding
+    from tests.auth.fixtures import make_user, sign_in
+
+    hour = builders.recent_hours(2)[0]
+    builders.ingest_hour(session, hour, duration_s=0.5)
+    session.add(DataQualityFinding(hour=hour, pool="mixed-a100", kind="over_capacity", unit="gpu-a100-01/GPU-A",
+                                   gpu_seconds_cut=Decimal("3600"), detail="2 series reported 7200 GPU-s"))
+    session.add(DataQualityFinding(hour=hour, pool="mixed-a100", kind="over_capacity", unit="gpu-a100-01/GPU-B",
+                                   gpu_seconds_cut=Decimal("1800.5"), detail="2 series reported 5400.5 GPU-s"))
+    session.commit()
+    samples = _samples((await client.get("/metrics")).text)
+    assert samples[("chargeback_data_quality_findings", ())] == 2
+    assert samples[("chargeback_data_quality_cut_gpu_seconds", ())] == 5400.5
+    sign_in(client, session, make_user(session, "dq-viewer", "viewer"))
+    day = hour.date()
+    panel = (await client.get(f"/overview/health?start={day}&end={day + timedelta(days=1)}",
+                              headers={"HX-Request": "true"})).text
+    assert 'id="data-quality"' in panel and "2 unit-hours reported more than capacity" in panel
+    assert "1.50 GPU-h cut, not billed" in panel and "gpu-a100-01/GPU-B" in panel

@@ -80,7 +80,9 @@ class SimulatorSource:
                         if found is None:
                             labels = SeriesLabels(**base) if pod is None else SeriesLabels(
                                 **base, namespace=pod.namespace, pod=pod.name, container=pod.container)
-                            found = series[pod] = [OccupancySeries(labels=labels, metric=m) for m in metrics]
+                            step = self.sim.scrape_interval_s
+                            found = series[pod] = [OccupancySeries(labels=labels, metric=m, interval_s=step)
+                                                   for m in metrics]
                             out.extend(found)
                         for one in found:
                             one.samples.update(dict.fromkeys(ends, per))
