@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete
+from sqlalchemy import delete, update
 from sqlmodel import Session, col, select
 
 from app.auth import passwords, tokens
@@ -113,7 +113,11 @@ def update_user(
     password: str | None = None,
     actor: str,
 ) -> User:
-    """Change a user's role, tenants, active flag and (optionally) password. Deactivation ends their sessions."""
+    """Change a user's role, tenants, active flag and (optionally) password.
+
+    Deactivation and a new password end the user's sessions and revoke their API tokens: reactivating
+    the account later must not bring back credentials that were handed out before.
+    """
     user = get_user(session=session, user_id=user_id)
     tenants = sorted({t.strip() for t in tenants})
     _check_user_fields(name=None, role=role, tenants=tenants)
@@ -128,6 +132,10 @@ def update_user(
         session.add(UserTenant(user_id=user_id, tenant=tenant))
     if not active or password:
         session.exec(delete(AuthSession).where(col(AuthSession.user_id) == user_id))
+        session.execute(
+            update(ApiToken).where(col(ApiToken.user_id) == user_id, col(ApiToken.revoked_at).is_(None))
+            .values(revoked_at=utcnow()).execution_options(synchronize_session=False)
+        )
     session.add(user)
     session.flush()
     after = {"role": role, "tenants": tenants, "active": active, "password_changed": bool(password)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -10,6 +11,13 @@ from pydantic import field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEV_SECRET = "development-only-secret-change-me"
+# Values copied from samples (docker-compose.yml's fallback among them) sign nothing an attacker cannot forge.
+_PLACEHOLDER_SECRET = re.compile(r"change[-_ ]?me|changeit|placeholder|example|^(secret|password|default)?$", re.I)
+
+
+def is_placeholder_secret(value: str) -> bool:
+    """True for the development secret, sample placeholders ("change-me-in-production") and blanks."""
+    return value == DEV_SECRET or bool(_PLACEHOLDER_SECRET.search(value.strip()))
 
 
 class Settings(BaseSettings):
@@ -39,8 +47,9 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _no_default_secret_in_production(self) -> "Settings":
-        if self.environment != "development" and self.secret_key == DEV_SECRET:
-            raise ValueError("CHARGEBACK_SECRET_KEY must be set outside development")
+        if self.environment != "development" and is_placeholder_secret(self.secret_key):
+            raise ValueError("CHARGEBACK_SECRET_KEY must be set to a random value outside development "
+                             "(the development default and sample placeholders are refused)")
         return self
 
     @property
