@@ -38,6 +38,10 @@ class Settings(BaseSettings):
     prometheus_timeout_s: float = 60.0
     # Policy change requests: approvals needed from reviewers other than the author (four eyes).
     required_approvals: int = 1
+    # Password hashes computed at once (argon2id, 64 MiB each): bounds memory under a login flood.
+    password_hash_concurrency: int = 2
+    # Failed sign-ins from one address, across user names, within the lockout window before it is refused.
+    login_failures_per_address: int = 20
 
     @field_validator("billing_timezone")
     @classmethod
