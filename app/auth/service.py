@@ -138,7 +138,7 @@ def update_user(
         session.exec(delete(AuthSession).where(col(AuthSession.user_id) == user_id))
         session.execute(
             update(ApiToken).where(col(ApiToken.user_id) == user_id, col(ApiToken.revoked_at).is_(None))
-            .values(revoked_at=utcnow()).execution_options(synchronize_session=False)
+            .values(revoked_at=utcnow()).execution_options(synchronize_session="fetch")
         )
     session.add(user)
     session.flush()
