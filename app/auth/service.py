@@ -327,17 +327,19 @@ def list_tokens(*, session: Session, user_id: int | None = None) -> list[tuple[A
     return list(session.exec(query.order_by(col(ApiToken.created_at).desc(), col(ApiToken.id).desc())))
 
 
-def _record_use(session: Session, token_id: int, now: datetime) -> None:
-    """Best effort: note a token's use in a short transaction of its own, skipped when the row or database is locked.
+def _record_use(session: Session, token_id: int, now: datetime, *, in_request: bool) -> None:
+    """Best effort: note a token's use; on a read, in a short transaction of its own, skipped when locked.
 
-    Bookkeeping must never fail (or slow) the read it rides on: the request's own transaction stays
-    read-only, so a GET never queues for SQLite's write lock. A session bound to a caller's
-    connection (tests) has no other connection to use: there the write joins it in a savepoint.
+    Bookkeeping must never fail (or slow) the read it rides on: a read request's own transaction
+    stays read-only, so a GET never queues for SQLite's write lock. A write request (`in_request`)
+    records it in its own transaction, which holds the write lock already: a second connection
+    would only wait for it, and its commit would leave the request's SQLite snapshot stale. A
+    session bound to a caller's connection (tests) has no other connection: it uses a savepoint.
     """
     stmt = update(ApiToken).where(col(ApiToken.id) == token_id).values(last_used_at=now)
     bind = session.get_bind()
     try:
-        if isinstance(bind, Connection):
+        if in_request or isinstance(bind, Connection):
             with session.begin_nested():
                 session.execute(stmt.execution_options(synchronize_session=False))
             return
@@ -358,8 +360,11 @@ def _record_use(session: Session, token_id: int, now: datetime) -> None:
         log.debug("token %s use not recorded: %s", token_id, exc)
 
 
-def principal_for_token(*, session: Session, raw: str) -> Principal | None:
-    """The principal of a valid token (known, not revoked, not expired, user active), recording its use."""
+def principal_for_token(*, session: Session, raw: str, write_request: bool = False) -> Principal | None:
+    """The principal of a valid token (known, not revoked, not expired, user active), recording its use.
+
+    `write_request`: the caller's transaction will write anyway, so the use is recorded in it.
+    """
     if not raw.startswith(tokens.PREFIX):
         return None
     row = session.exec(select(ApiToken).where(ApiToken.token_sha256 == tokens.digest(raw))).first()
@@ -370,5 +375,5 @@ def principal_for_token(*, session: Session, raw: str) -> Principal | None:
     if user is None or not user.active:
         return None
     if row.last_used_at is None or now - aware(row.last_used_at) >= LAST_USED_PRECISION:
-        _record_use(session, row.id, now)
+        _record_use(session, row.id, now, in_request=write_request)
     return principal_for(session=session, user=user, via="token", scopes=frozenset(row.scopes.split()))
