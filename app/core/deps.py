@@ -7,15 +7,18 @@ acknowledging writes that might still fail). A failed COMMIT becomes an error an
 one problem handler (problem+json or the error page) and rolls back everything the route flushed,
 its Idempotency-Key record included, so a retry runs again. Unsafe methods on SQLite take the
 write lock at BEGIN (BEGIN IMMEDIATE, waiting up to the busy timeout) instead of failing on a stale
-read snapshot when they first write.
+read snapshot when they first write, and queue for their turn in the event loop first: a worker
+thread blocked on BEGIN IMMEDIATE while the lock holder waits for a free thread would deadlock.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Annotated
 
+import anyio
+from anyio.lowlevel import RunVar
 from fastapi import Depends, Request
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlmodel import Session
@@ -48,10 +51,33 @@ def commit_or_raise(session: Session) -> None:
         raise NotSaved("The database could not save the change; nothing was changed. Retry shortly.") from exc
 
 
-def get_session(request: Request) -> Iterator[Session]:
+_sqlite_writer: RunVar[anyio.Lock] = RunVar("chargeback_sqlite_writer")
+
+
+def _writes_sqlite(request: Request) -> bool:
+    return request.method not in _SAFE_METHODS and get_engine().dialect.name == "sqlite"
+
+
+async def _sqlite_write_turn(request: Request) -> AsyncIterator[None]:
+    """One SQLite writer per process at a time, waiting here (not in a worker thread) for its turn."""
+    if not _writes_sqlite(request):
+        yield
+        return
+    try:
+        lock = _sqlite_writer.get()
+    except LookupError:
+        lock = anyio.Lock()
+        _sqlite_writer.set(lock)
+    async with lock:
+        yield
+
+
+def get_session(
+    request: Request, _turn: Annotated[None, Depends(_sqlite_write_turn, scope="function")]
+) -> Iterator[Session]:
     engine = get_engine()
     session = Session(engine, expire_on_commit=False)
-    if request.method not in _SAFE_METHODS and engine.dialect.name == "sqlite":
+    if _writes_sqlite(request):
         session.connection(execution_options={"sqlite_immediate": True})
     try:
         yield session
