@@ -223,3 +223,30 @@ def test_refused_commit_on_policy_apply(pg_portal, fresh_engine):
     # One new version (its number skips the refused attempt's: PostgreSQL sequences do not roll back).
     assert first.json()["state"] == "applied"
     assert _count(fresh_engine, select(func.count()).select_from(PolicyVersion)) == 2
+
+
+def test_refused_commit_on_a_form_is_an_error_page(pg_portal, fresh_engine):
+    from app.auth import sessions
+
+    raw = _user(fresh_engine, "fiona", "finance")
+    with unit_of_work(fresh_engine) as s:
+        add_hour(s, hour=OCT1, version=store_policy(s).id)
+        user = service.get_user_by_name(session=s, name="fiona")
+        session_id = service.start_session(session=s, user=user)
+    assert _call(pg_portal, lambda c: c.post("/api/v1/periods/2026-10/rate",
+                                             headers={"Authorization": f"Bearer {raw}"})).status_code == 200
+    cookies = {sessions.SESSION_COOKIE: sessions.sign_session_id(session_id), sessions.CSRF_COOKIE: "nonce"}
+    form = {"csrf_token": sessions.csrf_token_for("nonce", session_id), "accept_gaps": "true", "reason": "test"}
+
+    async def close(client):
+        client.cookies.update(cookies)
+        return await client.post("/billing/2026-10/close", data=form)
+
+    _refuse_commits_on(fresh_engine, "billing_period")
+    refused = _call(pg_portal, close)
+    assert refused.status_code == 503 and refused.headers["content-type"].startswith("text/html")
+    assert "Not saved" in refused.text
+    with Session(fresh_engine) as s:
+        assert s.exec(select(BillingPeriod.status).where(BillingPeriod.month == "2026-10")).one() == "rated"
+    _allow_commits_on(fresh_engine, "billing_period")
+    assert _call(pg_portal, close).status_code == 303
