@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import delete, text, update
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 
 from app.auth import passwords, tokens
@@ -328,18 +328,19 @@ def list_tokens(*, session: Session, user_id: int | None = None) -> list[tuple[A
 
 
 def _record_use(session: Session, token_id: int, now: datetime, *, in_request: bool) -> None:
-    """Best effort: note a token's use; on a read, in a short transaction of its own, skipped when locked.
+    """Best effort: note a token's use without ever failing, or waiting long in, the request it rides on.
 
-    Bookkeeping must never fail (or slow) the read it rides on: a read request's own transaction
-    stays read-only, so a GET never queues for SQLite's write lock. A write request (`in_request`)
-    records it in its own transaction, which holds the write lock already: a second connection
-    would only wait for it, and its commit would leave the request's SQLite snapshot stale. A
+    PostgreSQL: in the request's transaction, skipping a row another request has locked. SQLite
+    reads: in a short transaction of its own that waits 50 ms at most for the write lock, so a GET
+    never queues behind writers. SQLite writes (`in_request`) hold the write lock already: a second
+    connection would only wait for it, and its commit would leave the request's snapshot stale. A
     session bound to a caller's connection (tests) has no other connection: it uses a savepoint.
     """
-    stmt = update(ApiToken).where(col(ApiToken.id) == token_id).values(last_used_at=now)
+    unlocked = select(ApiToken.id).where(col(ApiToken.id) == token_id).with_for_update(skip_locked=True)
+    stmt = update(ApiToken).where(col(ApiToken.id).in_(unlocked)).values(last_used_at=now)
     bind = session.get_bind()
     try:
-        if in_request or isinstance(bind, Connection):
+        if in_request or isinstance(bind, Connection) or bind.dialect.name == "postgresql":
             with session.begin_nested():
                 session.execute(stmt.execution_options(synchronize_session=False))
             return
@@ -356,7 +357,7 @@ def _record_use(session: Session, token_id: int, now: datetime, *, in_request: b
             finally:
                 if sqlite:
                     raw.execute("PRAGMA busy_timeout = 30000")
-    except DBAPIError as exc:
+    except SQLAlchemyError as exc:  # locked, busy, or no pooled connection free: skip, the next use records it
         log.debug("token %s use not recorded: %s", token_id, exc)
 
 

@@ -31,9 +31,9 @@ def make_engine(url: str) -> Engine:
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             _private_sqlite_file(Path(path))
-        # As many connections as the server has worker threads (40), so no thread waits for one.
+        # Two per server worker thread (40): a read's own plus its token-use bookkeeping, so none waits.
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=10,
-                               max_overflow=30)
+                               max_overflow=70)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection, _record):  # pragma: no cover - trivial
