@@ -104,6 +104,12 @@ def partial_hours(path: str) -> int:
         ).fetchone()[0]
 
 
+def moment(duration: float, i: int, kills: int) -> float:
+    """The i-th fault's moment: spread from 40% to 110% of an uninterrupted run (the first ~40% is
+    interpreter start-up and imports; past 100% the process may have finished: both are worth trying)."""
+    return duration * (0.4 + 0.7 * (i + 0.5) / kills)
+
+
 def ingest_args(hours: int = INGEST_HOURS) -> tuple[str, ...]:
     end = START + timedelta(hours=hours)
     return ("ingest", "--start", START.isoformat(), "--end", end.isoformat(), "--hours-per-fetch", "1")
@@ -124,7 +130,7 @@ def kill_during_ingest(work: Path, kills: int) -> dict:
         url = f"sqlite:///{work / f'ingest-{i}.db'}"
         seed_policy(url)
         proc = cli(url, *ingest_args())
-        time.sleep(duration * (i + 0.5) / kills)  # the fault's moment, spread over the run (not a sync point)
+        time.sleep(moment(duration, i, kills))
         out["trials"] += 1
         if proc.poll() is None:
             out["killed_mid_run"] += 1
@@ -158,7 +164,7 @@ def kill_during_close(work: Path, kills: int) -> dict:
         shutil.copy(rated, path)
         url = f"sqlite:///{path}"
         proc = cli(url, "close", "--period", MONTH, "--accept-gaps", "--reason", "bench")
-        time.sleep(duration * (i + 0.5) / kills)
+        time.sleep(moment(duration, i, kills))
         out["trials"] += 1
         if proc.poll() is None:
             out["killed_mid_run"] += 1
@@ -343,10 +349,10 @@ def refused_commits(work: Path, n: int = 20) -> dict:
 
         before = count()
 
-        def post(i: int) -> int:
-            return httpx.post(f"{server.base}/api/v1/tokens", json={"label": f"t{i}"}, timeout=60,
-                              headers={"Authorization": f"Bearer {tokens['fred']}", "Idempotency-Key": f"k{i}"}
-                              ).status_code
+        def post(i: int) -> str:
+            answer = httpx.post(f"{server.base}/api/v1/tokens", json={"label": f"t{i}"}, timeout=60,
+                                headers={"Authorization": f"Bearer {tokens['fred']}", "Idempotency-Key": f"k{i}"})
+            return f"{answer.status_code}{' replayed' if answer.headers.get('idempotent-replayed') else ''}"
 
         out.update(f"refused_commit_answer_{s}" for s in map(post, range(n)))
         out["tokens_kept_after_refusal"] = count() - before
