@@ -124,3 +124,16 @@ async def test_billing_answers_are_not_stored_and_members_see_no_operator_names(
     assert periods[0]["period"] == "2026-10" and periods[0]["rated_by"] is None
     page = await client.get("/billing")
     assert page.status_code == 200 and "fiona" not in page.text
+
+
+def test_serve_trusts_forwarded_headers_only_from_the_configured_proxies(monkeypatch):
+    import uvicorn
+
+    from app.cli import app
+
+    calls = []
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: calls.append(kwargs))
+    assert CliRunner().invoke(app, ["serve", "--proxy-headers"]).exit_code == 0
+    assert CliRunner().invoke(app, ["serve", "--proxy-headers", "--forwarded-allow-ips", "10.0.0.5"]).exit_code == 0
+    assert [(c["proxy_headers"], c["forwarded_allow_ips"]) for c in calls] == [(True, "127.0.0.1,::1"),
+                                                                                (True, "10.0.0.5")]
