@@ -345,18 +345,13 @@ def _record_use(session: Session, token_id: int, now: datetime, *, in_request: b
                 session.execute(stmt.execution_options(synchronize_session=False))
             return
         with bind.connect() as conn:
-            sqlite = conn.dialect.name == "sqlite"
             raw = conn.connection.dbapi_connection
-            if sqlite:  # a connection setting, set on the driver so it opens no transaction of its own
-                raw.execute("PRAGMA busy_timeout = 50")
+            raw.execute("PRAGMA busy_timeout = 50")  # on the driver, so that it opens no transaction of its own
             try:
                 with conn.begin():
-                    if not sqlite:
-                        conn.exec_driver_sql("SET LOCAL lock_timeout = '50ms'")
                     conn.execute(stmt)
             finally:
-                if sqlite:
-                    raw.execute("PRAGMA busy_timeout = 30000")
+                raw.execute("PRAGMA busy_timeout = 30000")  # the engine's 30 s (app.core.db)
     except SQLAlchemyError as exc:  # locked, busy, or no pooled connection free: skip, the next use records it
         log.debug("token %s use not recorded: %s", token_id, exc)
 
