@@ -42,7 +42,7 @@ from tests.support.server import free_port  # noqa: E402
 
 PASSWORD = "correct horse battery staple"
 START = datetime(2026, 11, 2, tzinfo=UTC)
-INGEST_HOURS = 72
+INGEST_HOURS = 168
 MONTH = "2026-11"
 
 
