@@ -8,8 +8,9 @@ PostgreSQL from CHARGEBACK_TEST_PG_URL) and each printed as counts:
      partial hours, integrity, and totals against an uninterrupted run.
   2. kill -9 of `chargeback close` at spread-out moments: the period is rated or finalized, never
      in between; a finalized period's export matches its stored hash; a rerun finalizes.
-  3. Prometheus killed before the n-th query of an ingest, for every n: hours stored whole or
-     recorded as gaps, and all filled (equal to an uninterrupted ingest) once it is back.
+  3. Prometheus stopped before the n-th query of an ingest, or the n-th answer spoiled by a proxy
+     (HTTP 503, an HTML error page, the connection cut mid-body), for every n: hours stored whole
+     or recorded as gaps, and all filled (equal to an uninterrupted ingest) by the retry.
   4. Refused commits (PostgreSQL, a deferred constraint trigger) on token creation over HTTP:
      error answers, nothing kept, Idempotency-Key retries succeed exactly once.
   5. Floods against uvicorn on SQLite: parallel wrong guesses at one user (passwords checked, peak
@@ -231,7 +232,7 @@ def prometheus_failures(work: Path) -> dict:
         seed_policy(url, mixed_policy())
         return make_engine(url)
 
-    out = Counter(stop_points=0, hours_ok_before_fill=0, hours_gap=0, partial_hours=0, equal_after_fill=0)
+    out = Counter()
     with PrometheusServer.backfilled(work / "prom", scenario.text(hours)) as server:
         baseline = fresh("prom-clean.db")
         with unit_of_work(baseline) as s:
@@ -242,23 +243,95 @@ def prometheus_failures(work: Path) -> dict:
         with unit_of_work(fresh("prom-count.db")) as s:
             ingest_hours(session=s, source=probe, start=start, end=end, scrape_interval_s=30, hours_per_fetch=1,
                          now=now)
-        for n in range(1, probe.issued + 1):
-            engine = fresh(f"prom-{n}.db")
-            with unit_of_work(engine) as s:
-                report = ingest_hours(session=s, source=Stopping(server, n), start=start, end=end,
-                                      scrape_interval_s=30, hours_per_fetch=1, now=now)
-            out["stop_points"] += 1
-            out["hours_ok_before_fill"] += len(report.ok)
-            out["hours_gap"] += len(report.gaps)
-            out["partial_hours"] += partial_hours(sqlite_path(str(engine.url)))
-            server.start()
-            with unit_of_work(engine) as s:
-                ingest_hours(session=s, source=PrometheusSource(server.url, scrape_interval_s=30), start=start,
-                             end=end, scrape_interval_s=30, hours_per_fetch=1, now=now + timedelta(hours=1))
-            out["equal_after_fill"] += snapshot(engine) == truth
-            engine.dispose()
-    out["queries_per_run"] = probe.issued
+        proxy = FaultyProxy(server.url)
+        try:
+            for mode in ("stopped", *FaultyProxy.MODES):
+                for n in range(1, probe.issued + 1):
+                    engine = fresh(f"prom-{mode}-{n}.db")
+                    if mode == "stopped":
+                        source = Stopping(server, n)
+                    else:
+                        proxy.arm(mode, n)
+                        source = PrometheusSource(proxy.url, scrape_interval_s=30, timeout_s=5, retries=0)
+                    with unit_of_work(engine) as s:
+                        report = ingest_hours(session=s, source=source, start=start, end=end, scrape_interval_s=30,
+                                              hours_per_fetch=1, now=now)
+                    out[f"{mode}: fault points"] += 1
+                    out[f"{mode}: hours stored whole"] += len(report.ok)
+                    out[f"{mode}: hours recorded as gaps"] += len(report.gaps)
+                    out[f"{mode}: partial hours"] += partial_hours(sqlite_path(str(engine.url)))
+                    if mode == "stopped":
+                        server.start()
+                    with unit_of_work(engine) as s:
+                        ingest_hours(session=s, source=PrometheusSource(server.url, scrape_interval_s=30),
+                                     start=start, end=end, scrape_interval_s=30, hours_per_fetch=1,
+                                     now=now + timedelta(hours=1))
+                    out[f"{mode}: equal to uninterrupted after the retry"] += snapshot(engine) == truth
+                    engine.dispose()
+        finally:
+            proxy.close()
+    out["queries per ingest"] = probe.issued
     return dict(out)
+
+
+class FaultyProxy:
+    """A pass-through HTTP proxy in front of Prometheus that spoils exactly the n-th query once armed."""
+
+    MODES = ("HTTP 503", "HTML error page", "connection cut mid-body")
+
+    def __init__(self, upstream: str):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        proxy = self
+        self.upstream, self.mode, self.fail_at, self.seen = upstream, None, 0, 0
+        self.lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_GET(self):
+                with proxy.lock:
+                    proxy.seen += 1
+                    spoil = proxy.mode if proxy.seen == proxy.fail_at else None
+                if spoil == "HTTP 503":
+                    self._send(503, b"upstream unavailable", "text/plain")
+                    return
+                if spoil == "HTML error page":
+                    self._send(200, b"<html><body>502 Bad Gateway</body></html>", "text/html")
+                    return
+                answer = httpx.get(proxy.upstream + self.path, timeout=30)
+                if spoil == "connection cut mid-body":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(answer.content)))
+                    self.end_headers()
+                    self.wfile.write(answer.content[: len(answer.content) // 2])
+                    self.wfile.flush()
+                    self.connection.shutdown(2)
+                    return
+                self._send(answer.status_code, answer.content, answer.headers.get("content-type", ""))
+
+            def _send(self, status, body, content_type):
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def arm(self, mode: str, n: int) -> None:
+        with self.lock:
+            self.mode, self.fail_at, self.seen = mode, n, 0
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 # ---- servers -------------------------------------------------------------------------------------
@@ -451,7 +524,7 @@ def main() -> None:
     try:
         results = {"1. kill -9 during ingest": kill_during_ingest(work, args.kills),
                    "2. kill -9 during close": kill_during_close(work, args.kills),
-                   "3. Prometheus killed mid-ingest": prometheus_failures(work)}
+                   "3. Prometheus failing mid-ingest": prometheus_failures(work)}
         if not args.skip_postgres:
             results["4. refused COMMIT (PostgreSQL), token creation"] = refused_commits(work)
         results["5. floods (SQLite, one uvicorn)"] = floods(work, args.flood)
