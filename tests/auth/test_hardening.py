@@ -137,3 +137,39 @@ def test_serve_trusts_forwarded_headers_only_from_the_configured_proxies(monkeyp
     assert CliRunner().invoke(app, ["serve", "--proxy-headers", "--forwarded-allow-ips", "10.0.0.5"]).exit_code == 0
     assert [(c["proxy_headers"], c["forwarded_allow_ips"]) for c in calls] == [(True, "127.0.0.1,::1"),
                                                                                 (True, "10.0.0.5")]
+
+
+def test_password_hashing_runs_at_most_the_configured_number_at_once(monkeypatch):
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from argon2 import PasswordHasher
+
+    from app.auth import passwords
+
+    class Counting(PasswordHasher):
+        """The real argon2 hasher, noting how many verifications overlap."""
+
+        def __init__(self):
+            super().__init__(time_cost=1, memory_cost=8192, parallelism=1)
+            self.lock, self.now, self.most = threading.Lock(), 0, 0
+
+        def verify(self, hash, password):
+            with self.lock:
+                self.now += 1
+                self.most = max(self.most, self.now)
+            try:
+                return super().verify(hash, password)
+            finally:
+                with self.lock:
+                    self.now -= 1
+
+    hasher = Counting()
+    stored = hasher.hash("a correct and long password")
+    monkeypatch.setattr(passwords, "_hasher", hasher)
+    monkeypatch.setattr(passwords, "_slots", None)  # made afresh from the settings below
+    monkeypatch.setattr(passwords, "get_settings", lambda: Settings(password_hash_concurrency=2))
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(lambda i: passwords.verify_password(stored, f"guess number {i}"), range(48)))
+    assert results == [False] * 48
+    assert 1 <= hasher.most <= 2
