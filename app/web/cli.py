@@ -21,6 +21,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def refuse_placeholder_secret_off_loopback(host: str) -> None:
+    """Exit with an error when `host` is reachable from other machines and the secret is a known one."""
+    from app.core.settings import get_settings, is_placeholder_secret
+
+    if not is_loopback(host) and is_placeholder_secret(get_settings().secret_key):
+        # Anyone who reads the source could forge session cookies for a reachable server.
+        typer.echo(f"error: refusing to serve on {host} with the development or a placeholder secret; "
+                   "set CHARGEBACK_SECRET_KEY to a random value (e.g. `openssl rand -hex 32`)", err=True)
+        raise typer.Exit(2)
+
+
 @app.command("serve")
 def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on"),
@@ -37,13 +48,7 @@ def serve(
     """Serve the portal (HTML and /api/v1) with uvicorn."""
     import uvicorn
 
-    from app.core.settings import get_settings, is_placeholder_secret
-
-    if not is_loopback(host) and is_placeholder_secret(get_settings().secret_key):
-        # Anyone who reads the source could forge session cookies for a reachable server.
-        typer.echo(f"error: refusing to serve on {host} with the development or a placeholder secret; "
-                   "set CHARGEBACK_SECRET_KEY to a random value (e.g. `openssl rand -hex 32`)", err=True)
-        raise typer.Exit(2)
+    refuse_placeholder_secret_off_loopback(host)
     uvicorn.run(
         "app.main:app", host=host, port=port, workers=workers, proxy_headers=proxy_headers,
         forwarded_allow_ips=forwarded_allow_ips, access_log=False,

@@ -173,3 +173,12 @@ def test_password_hashing_runs_at_most_the_configured_number_at_once(monkeypatch
         results = list(pool.map(lambda i: passwords.verify_password(stored, f"guess number {i}"), range(48)))
     assert results == [False] * 48
     assert 1 <= hasher.most <= 2
+
+
+def test_demo_refuses_the_development_secret_off_loopback(monkeypatch):
+    from app.cli import app
+    from app.core import settings
+
+    monkeypatch.setattr(settings, "get_settings", lambda: Settings(secret_key=DEV_SECRET))
+    result = CliRunner().invoke(app, ["demo", "--host", "::", "--days", "1"])
+    assert result.exit_code == 2 and "refusing to serve on ::" in result.output
