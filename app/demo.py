@@ -105,6 +105,9 @@ def run(*, host: str, port: int, days: int) -> None:
     """Prepare the demo database, print how to log in, and serve until interrupted."""
     import uvicorn
 
+    from app.web.cli import refuse_placeholder_secret_off_loopback
+
+    refuse_placeholder_secret_off_loopback(host)  # before minutes of ingest, not after
     settings = get_settings()
     console = Console(stderr=True)
     if settings.prometheus_url:

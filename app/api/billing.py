@@ -78,7 +78,7 @@ class CorrectionRequest(BaseModel):
 @router.get("/periods")
 def list_periods(session: SessionDep, user: CurrentUser) -> list[dict]:
     """Billing periods, newest first (months with ingested hours but no rating show as open)."""
-    return to_json(periods.list_periods(session=session))
+    return to_json(periods.list_periods(session=session, staff=user.visible_tenants() is None))
 
 
 @router.get("/periods/{period}/invoices")

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import select
 from starlette.responses import Response
 
-from app.api.common import MAX_ID, IdPath
+from app.api.common import MAX_ID, IdempotencyDep, IdPath, json_response
 from app.auth.deps import Principal, require_roles
 from app.core.audit import AuditEntry
 from app.core.deps import SessionDep
@@ -379,11 +379,15 @@ def detach_change(release_id: Id, change_id: Id, session: SessionDep, user: Oper
 
 
 @router.post("/releases/{release_id}/apply", summary="Apply policy: the release's requests become the active version")
-def apply_release(release_id: Id, body: ApplyIn, session: SessionDep, user: Operator) -> dict:
+def apply_release(release_id: Id, body: ApplyIn, session: SessionDep, user: Operator, idem: IdempotencyDep) -> Any:
+    """With an `Idempotency-Key` header a retry gets the first answer again instead of a 409."""
+    replayed = idem.replay()
+    if replayed is not None:
+        return replayed
     version = releases.apply_release(session=session, release_id=release_id, actor=user.name,
                                      effective_from=body.effective_from)
     release = releases.get_release(session=session, release_id=release_id)
-    return {**release_out(session, release), "version": version_out(version)}
+    return idem.remember(json_response({**release_out(session, release), "version": version_out(version)}))
 
 
 @router.post("/releases/{release_id}/deploy", summary="Mark deployed (only after apply)")

@@ -181,8 +181,11 @@ PAGE_CSP = (
 )
 
 
+NO_STORE_PREFIXES = ("/billing", "/api/v1/periods")
+
+
 class SecurityHeadersMiddleware:
-    """nosniff, no framing, same-origin referrers on every response; a strict CSP on pages."""
+    """nosniff, no framing, same-origin referrers on every response; a strict CSP on pages; no-store on billing."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -193,6 +196,8 @@ class SecurityHeadersMiddleware:
             return
         # The Swagger UI page boots with an inline script; JSON needs no CSP.
         page = not scope["path"].startswith("/api/")
+        # Invoices, statements and exports are money and names: no copy on shared disks or in proxies.
+        billing = scope["path"].startswith(NO_STORE_PREFIXES)
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -202,6 +207,8 @@ class SecurityHeadersMiddleware:
                 headers.setdefault("Referrer-Policy", "same-origin")
                 if page:
                     headers.setdefault("Content-Security-Policy", PAGE_CSP)
+                if billing:
+                    headers["Cache-Control"] = "no-store"
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

@@ -55,14 +55,15 @@ def _forbidden(detail: str) -> AppError:
 def _authenticate(request: Request, session: SessionDep) -> Principal:
     """Find the caller's credentials. Sync on purpose: FastAPI runs it in the threadpool, off the event loop."""
     from app.auth import service
-    from app.auth.sessions import SESSION_COOKIE, unsign_session_id
+    from app.auth.sessions import SAFE_METHODS, SESSION_COOKIE, unsign_session_id
 
     authorization = request.headers.get("authorization", "")
     if authorization and request.url.path.startswith("/api/"):
         scheme, _, raw = authorization.partition(" ")
         if scheme.lower() != "bearer" or not raw.strip():
             raise _unauthenticated("Send an API token as 'Authorization: Bearer <token>'", bearer_error="invalid_request")
-        principal = service.principal_for_token(session=session, raw=raw.strip())
+        principal = service.principal_for_token(session=session, raw=raw.strip(),
+                                                write_request=request.method not in SAFE_METHODS)
         if principal is None:
             raise _unauthenticated("The API token is unknown, expired or revoked", bearer_error="invalid_token")
         return principal

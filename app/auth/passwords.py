@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import threading
+
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
 from app.core.errors import FieldError, Invalid
+from app.core.settings import get_settings
 
 MIN_LENGTH = 12
 MAX_LENGTH = 1024  # argon2 accepts more, but a megabyte "password" is a denial-of-service vector
 
 _hasher = PasswordHasher()
+# argon2id takes 64 MiB per hash: a flood of logins must queue here, not multiply memory by the thread count.
+_slots: threading.BoundedSemaphore | None = None
+
+
+def _hash_slot() -> threading.BoundedSemaphore:
+    global _slots
+    if _slots is None:
+        _slots = threading.BoundedSemaphore(max(1, get_settings().password_hash_concurrency))
+    return _slots
 # Verified when the user does not exist, so that a wrong name costs as much time as a wrong password.
 _DUMMY_HASH = _hasher.hash("not-a-real-password-only-for-timing")
 
@@ -25,7 +37,8 @@ def check_strength(password: str, *, path: str = "password") -> None:
 
 def hash_password(password: str) -> str:
     """Return the argon2id hash of `password` (salted; never the same twice)."""
-    return _hasher.hash(password)
+    with _hash_slot():
+        return _hasher.hash(password)
 
 
 def verify_password(password_hash: str, password: str) -> bool:
@@ -33,7 +46,8 @@ def verify_password(password_hash: str, password: str) -> bool:
     if len(password) > MAX_LENGTH:
         return False
     try:
-        return _hasher.verify(password_hash or _DUMMY_HASH, password) and bool(password_hash)
+        with _hash_slot():
+            return _hasher.verify(password_hash or _DUMMY_HASH, password) and bool(password_hash)
     except (VerificationError, InvalidHashError):
         return False
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete
+from sqlalchemy import delete, text, update
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 
 from app.auth import passwords, tokens
@@ -16,6 +19,7 @@ from app.auth.models import ROLES, ApiToken, AuthSession, LoginAttempt, User, Us
 from app.auth.sessions import SESSION_LIFETIME, new_session_id
 from app.core import audit
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
+from app.core.settings import get_settings
 from app.core.timeutil import aware, utcnow
 
 log = logging.getLogger("app.auth")
@@ -113,7 +117,11 @@ def update_user(
     password: str | None = None,
     actor: str,
 ) -> User:
-    """Change a user's role, tenants, active flag and (optionally) password. Deactivation ends their sessions."""
+    """Change a user's role, tenants, active flag and (optionally) password.
+
+    Deactivation and a new password end the user's sessions and revoke their API tokens: reactivating
+    the account later must not bring back credentials that were handed out before.
+    """
     user = get_user(session=session, user_id=user_id)
     tenants = sorted({t.strip() for t in tenants})
     _check_user_fields(name=None, role=role, tenants=tenants)
@@ -128,6 +136,10 @@ def update_user(
         session.add(UserTenant(user_id=user_id, tenant=tenant))
     if not active or password:
         session.exec(delete(AuthSession).where(col(AuthSession.user_id) == user_id))
+        session.execute(
+            update(ApiToken).where(col(ApiToken.user_id) == user_id, col(ApiToken.revoked_at).is_(None))
+            .values(revoked_at=utcnow()).execution_options(synchronize_session="fetch")
+        )
     session.add(user)
     session.flush()
     after = {"role": role, "tenants": tenants, "active": active, "password_changed": bool(password)}
@@ -177,10 +189,45 @@ def locked_until(*, session: Session, name: str, ip: str, now: datetime | None =
     return until if until > now else None
 
 
+def address_locked_until(*, session: Session, ip: str, now: datetime | None = None) -> datetime | None:
+    """When an address has failed `login_failures_per_address` times (any user names) within LOCKOUT, the lock's end."""
+    now = now or utcnow()
+    limit = get_settings().login_failures_per_address
+    failures = [aware(at) for at in session.exec(
+        select(LoginAttempt.at).where(LoginAttempt.ip == ip, LoginAttempt.ok == False,  # noqa: E712
+                                      LoginAttempt.at > now - LOCKOUT)
+        .order_by(col(LoginAttempt.at).desc()).limit(limit)
+    )]
+    if len(failures) < limit:
+        return None
+    until = failures[0] + LOCKOUT
+    return until if until > now else None
+
+
+def _one_attempt_at_a_time(session: Session, ip: str) -> None:
+    """Serialize sign-ins from one address until the caller commits, so the failure count is read and grown atomically.
+
+    PostgreSQL: a transaction-scoped advisory lock on the address (it covers every user name tried
+    from there). SQLite: the write lock, taken at BEGIN (requests do: BEGIN IMMEDIATE for POSTs).
+    """
+    bind = session.get_bind()
+    if bind.dialect.name == "postgresql":
+        key = int.from_bytes(hashlib.sha256(f"login:{ip}".encode()).digest()[:8], "big", signed=True)
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+    elif isinstance(session.bind, Engine) and not session.in_transaction():
+        session.connection(execution_options={"sqlite_immediate": True})
+
+
 def authenticate(*, session: Session, name: str, password: str, ip: str) -> LoginResult:
-    """Check a login. Refused while locked (no password check); every checked attempt is recorded."""
+    """Check a login. Refused while locked (no password check); every checked attempt is recorded.
+
+    The lock check, the password check and the recorded attempt happen under one per-address lock,
+    so N parallel guesses get at most the lockout's number of passwords checked.
+    """
+    _one_attempt_at_a_time(session, ip)
     now = utcnow()
-    until = locked_until(session=session, name=name, ip=ip, now=now)
+    until = locked_until(session=session, name=name, ip=ip, now=now) or address_locked_until(
+        session=session, ip=ip, now=now)
     if until is not None:
         log.warning("login refused while locked: user=%r ip=%s", name, ip)
         return LoginResult(user=None, locked_until=until)
@@ -190,7 +237,8 @@ def authenticate(*, session: Session, name: str, password: str, ip: str) -> Logi
     if not ok:
         session.flush()
         log.info("login failed: user=%r ip=%s", name, ip)
-        return LoginResult(user=None, locked_until=locked_until(session=session, name=name, ip=ip, now=now))
+        return LoginResult(user=None, locked_until=locked_until(session=session, name=name, ip=ip, now=now)
+                           or address_locked_until(session=session, ip=ip, now=now))
     if passwords.needs_rehash(user.password_hash):
         user.password_hash = passwords.hash_password(password)
     user.last_login_at = now
@@ -279,8 +327,40 @@ def list_tokens(*, session: Session, user_id: int | None = None) -> list[tuple[A
     return list(session.exec(query.order_by(col(ApiToken.created_at).desc(), col(ApiToken.id).desc())))
 
 
-def principal_for_token(*, session: Session, raw: str) -> Principal | None:
-    """The principal of a valid token (known, not revoked, not expired, user active), recording its use."""
+def _record_use(session: Session, token_id: int, now: datetime, *, in_request: bool) -> None:
+    """Best effort: note a token's use without ever failing, or waiting long in, the request it rides on.
+
+    PostgreSQL: in the request's transaction, skipping a row another request has locked. SQLite
+    reads: in a short transaction of its own that waits 50 ms at most for the write lock, so a GET
+    never queues behind writers. SQLite writes (`in_request`) hold the write lock already: a second
+    connection would only wait for it, and its commit would leave the request's snapshot stale. A
+    session bound to a caller's connection (tests) has no other connection: it uses a savepoint.
+    """
+    unlocked = select(ApiToken.id).where(col(ApiToken.id) == token_id).with_for_update(skip_locked=True)
+    stmt = update(ApiToken).where(col(ApiToken.id).in_(unlocked)).values(last_used_at=now)
+    bind = session.get_bind()
+    try:
+        if in_request or isinstance(bind, Connection) or bind.dialect.name == "postgresql":
+            with session.begin_nested():
+                session.execute(stmt.execution_options(synchronize_session=False))
+            return
+        with bind.connect() as conn:
+            raw = conn.connection.dbapi_connection
+            raw.execute("PRAGMA busy_timeout = 50")  # on the driver, so that it opens no transaction of its own
+            try:
+                with conn.begin():
+                    conn.execute(stmt)
+            finally:
+                raw.execute("PRAGMA busy_timeout = 30000")  # the engine's 30 s (app.core.db)
+    except SQLAlchemyError as exc:  # locked, busy, or no pooled connection free: skip, the next use records it
+        log.debug("token %s use not recorded: %s", token_id, exc)
+
+
+def principal_for_token(*, session: Session, raw: str, write_request: bool = False) -> Principal | None:
+    """The principal of a valid token (known, not revoked, not expired, user active), recording its use.
+
+    `write_request`: the caller's transaction will write anyway, so the use is recorded in it.
+    """
     if not raw.startswith(tokens.PREFIX):
         return None
     row = session.exec(select(ApiToken).where(ApiToken.token_sha256 == tokens.digest(raw))).first()
@@ -291,7 +371,5 @@ def principal_for_token(*, session: Session, raw: str) -> Principal | None:
     if user is None or not user.active:
         return None
     if row.last_used_at is None or now - aware(row.last_used_at) >= LAST_USED_PRECISION:
-        row.last_used_at = now
-        session.add(row)
-        session.flush()
+        _record_use(session, row.id, now, in_request=write_request)
     return principal_for(session=session, user=user, via="token", scopes=frozenset(row.scopes.split()))

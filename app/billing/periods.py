@@ -429,10 +429,10 @@ def correct(
     return fix
 
 
-def list_periods(*, session: Session) -> list[dict]:
+def list_periods(*, session: Session, staff: bool = True) -> list[dict]:
     """Stored periods plus the months that have ingested hours but were never rated (status open)."""
     rows = {r.month: r for r in session.execute(select(BillingPeriod)).scalars()}
-    out = {m: period_summary(r) for m, r in rows.items()}
+    out = {m: period_summary(r, staff=staff) for m, r in rows.items()}
     first, last = session.execute(select(func.min(IngestHour.hour), func.max(IngestHour.hour))).one()
     if first is not None:
         tz = get_settings().tz
@@ -448,9 +448,12 @@ def list_periods(*, session: Session) -> list[dict]:
     return [out[m] for m in sorted(out, reverse=True)]
 
 
-def period_summary(row: BillingPeriod) -> dict:
-    """A period as plain data (status, who rated and finalized it, hours, export hashes)."""
-    return {
+def period_summary(row: BillingPeriod, *, staff: bool = True) -> dict:
+    """A period as plain data (status, who rated and finalized it, hours, export hashes).
+
+    `staff=False` (tenant members) leaves out who rated and finalized: those are operators' account names.
+    """
+    summary = {
         "period": row.month, "status": row.status, "starts_at": row.starts_at, "ends_at": row.ends_at,
         "revision": row.revision, "rated_at": row.rated_at, "rated_by": row.rated_by,
         "finalized_at": row.finalized_at, "finalized_by": row.finalized_by,
@@ -460,3 +463,6 @@ def period_summary(row: BillingPeriod) -> dict:
         "missing_hours": len(json.loads(row.missing_hours)),
         "hashes": {"csv": row.csv_sha256, "focus": row.focus_sha256, "pdf": row.pdf_sha256},
     }
+    if not staff:
+        summary["rated_by"] = summary["finalized_by"] = None
+    return summary

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -14,13 +15,25 @@ from sqlmodel import Session, create_engine
 from app.core.settings import get_settings
 
 
+def _private_sqlite_file(path: Path) -> None:
+    """Create a missing database file 0600 in a folder made 0700: it holds password hashes and invoices.
+
+    SQLite gives its -wal and -shm files the database file's mode, so they stay private too.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.exists():
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+
+
 def make_engine(url: str) -> Engine:
-    """Create an engine; SQLite gets a busy timeout and foreign keys, and its folder is created."""
+    """Create an engine; SQLite gets a busy timeout and foreign keys, and its file is created private."""
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+            _private_sqlite_file(Path(path))
+        # Two per server worker thread (40): a read's own plus its token-use bookkeeping, so none waits.
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=10,
+                               max_overflow=70)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection, _record):  # pragma: no cover - trivial

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -10,6 +11,13 @@ from pydantic import field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEV_SECRET = "development-only-secret-change-me"
+# Values copied from samples (docker-compose.yml's fallback among them) sign nothing an attacker cannot forge.
+_PLACEHOLDER_SECRET = re.compile(r"change[-_ ]?me|changeit|placeholder|example|^(secret|password|default)?$", re.I)
+
+
+def is_placeholder_secret(value: str) -> bool:
+    """True for the development secret, sample placeholders ("change-me-in-production") and blanks."""
+    return value == DEV_SECRET or bool(_PLACEHOLDER_SECRET.search(value.strip()))
 
 
 class Settings(BaseSettings):
@@ -40,6 +48,10 @@ class Settings(BaseSettings):
     required_approvals: int = 1
     # Request bodies above this are refused with 413 before any work (policy documents are at most 1M characters).
     max_body_bytes: int = 2 * 1024 * 1024
+    # Password hashes computed at once (argon2id, 64 MiB each): bounds memory under a login flood.
+    password_hash_concurrency: int = 2
+    # Failed sign-ins from one address, across user names, within the lockout window before it is refused.
+    login_failures_per_address: int = 20
 
     @field_validator("billing_timezone")
     @classmethod
@@ -49,8 +61,9 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _no_default_secret_in_production(self) -> "Settings":
-        if self.environment != "development" and self.secret_key == DEV_SECRET:
-            raise ValueError("CHARGEBACK_SECRET_KEY must be set outside development")
+        if self.environment != "development" and is_placeholder_secret(self.secret_key):
+            raise ValueError("CHARGEBACK_SECRET_KEY must be set to a random value outside development "
+                             "(the development default and sample placeholders are refused)")
         return self
 
     @property

@@ -452,7 +452,7 @@ def audit_entries(
     if actor:
         stmt = stmt.where(AuditEntry.actor == actor)
     if action:
-        stmt = stmt.where(AuditEntry.action.startswith(action) if action.endswith(".") else AuditEntry.action == action)
+        stmt = stmt.where(AuditEntry.action.startswith(action, autoescape=True) if action.endswith(".") else AuditEntry.action == action)
     if entity:
         stmt = stmt.where(AuditEntry.entity == entity)
     if entity_id:

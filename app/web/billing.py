@@ -31,7 +31,8 @@ def _is_finance(user: Principal) -> bool:
 def billing_periods(request: Request, session: SessionDep, user: CurrentUser) -> Response:
     return render(
         request, "billing/periods.html",
-        {"title": "Billing", "periods": periods.list_periods(session=session), "can_rate": _is_finance(user)},
+        {"title": "Billing", "periods": periods.list_periods(session=session, staff=user.visible_tenants() is None),
+         "can_rate": _is_finance(user)},
     )
 
 
@@ -43,7 +44,7 @@ def billing_period(request: Request, period: str, session: SessionDep, user: Cur
     context = {
         "title": f"Billing {p.month}",
         "month": p.month,
-        "period": periods.period_summary(row) if row else None,
+        "period": periods.period_summary(row, staff=user.visible_tenants() is None) if row else None,
         "can_rate": _is_finance(user),
         "summary": None,
         "statement": None,

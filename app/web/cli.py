@@ -2,9 +2,34 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 import typer
 
 app = typer.Typer(help="web commands", no_args_is_help=True)
+
+LOOPBACK_PROXIES = "127.0.0.1,::1"
+
+
+def is_loopback(host: str) -> bool:
+    """True when `host` only listens on this machine (a name other than localhost counts as reachable)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def refuse_placeholder_secret_off_loopback(host: str) -> None:
+    """Exit with an error when `host` is reachable from other machines and the secret is a known one."""
+    from app.core.settings import get_settings, is_placeholder_secret
+
+    if not is_loopback(host) and is_placeholder_secret(get_settings().secret_key):
+        # Anyone who reads the source could forge session cookies for a reachable server.
+        typer.echo(f"error: refusing to serve on {host} with the development or a placeholder secret; "
+                   "set CHARGEBACK_SECRET_KEY to a random value (e.g. `openssl rand -hex 32`)", err=True)
+        raise typer.Exit(2)
 
 
 @app.command("serve")
@@ -15,11 +40,16 @@ def serve(
     proxy_headers: bool = typer.Option(
         False, "--proxy-headers", help="Trust X-Forwarded-* from a reverse proxy (then cookies get Secure over https)"
     ),
+    forwarded_allow_ips: str = typer.Option(
+        LOOPBACK_PROXIES, "--forwarded-allow-ips",
+        help="Comma-separated proxy addresses/networks whose X-Forwarded-* are believed (with --proxy-headers)",
+    ),
 ) -> None:
     """Serve the portal (HTML and /api/v1) with uvicorn."""
     import uvicorn
 
+    refuse_placeholder_secret_off_loopback(host)
     uvicorn.run(
         "app.main:app", host=host, port=port, workers=workers, proxy_headers=proxy_headers,
-        forwarded_allow_ips="*" if proxy_headers else None, access_log=False,
+        forwarded_allow_ips=forwarded_allow_ips, access_log=False,
     )
