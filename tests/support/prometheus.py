@@ -31,6 +31,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def stop_group(process: subprocess.Popen | None) -> None:
+    """SIGTERM a server started with start_new_session, SIGKILL it after 20 s, and reap it."""
+    if process is None or process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 def _label_value(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
@@ -129,15 +141,7 @@ class PrometheusServer:
         raise TimeoutError(f"prometheus not ready after {timeout_s}s: {self.log.read_text()[-2000:]}")
 
     def stop(self) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_group(self.process)
         self.process = None
 
     def query(self, promql: str, at: float | None = None) -> list[dict]:

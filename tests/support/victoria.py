@@ -9,18 +9,16 @@ Caching and the latency offset are turned off so that a query answers what is st
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 import httpx
 
-from tests.support.prometheus import free_port
+from tests.support.prometheus import free_port, stop_group
 
 VICTORIA = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
 VMCTL = shutil.which("vmctl") or "/usr/bin/vmctl"
@@ -91,15 +89,7 @@ class VictoriaMetricsServer:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_group(self.process)
         self.process = None
 
     def __enter__(self) -> "VictoriaMetricsServer":
