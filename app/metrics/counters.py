@@ -9,28 +9,6 @@ restarted from zero, so the new value is all increase), and nothing is extrapola
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-
-def step_increases(values: Mapping[int, float], *, baseline: float | None) -> dict[int, float]:
-    """Increase of one counter series into each step end where it has a value.
-
-    `values` maps step ends to the series' last value in that step; `baseline` is its last value
-    before the first step (None: the series was born inside the range, so it counts from zero).
-    A step without a value adds nothing; the next value's increase covers it.
-    """
-    out: dict[int, float] = {}
-    previous = baseline
-    for t in sorted(values):
-        value = values[t]
-        if previous is None or value < previous:
-            out[t] = value  # born here, or reset: the counter restarted from zero
-        else:
-            out[t] = value - previous
-        previous = value
-    return out
-
-
 def hour_increase(*, before: float | None, lowest: float, highest: float, last: float, resets: int) -> float | None:
     """A counter's increase over one hour from its hourly extremes (`increase` without extrapolation).
 

@@ -1,10 +1,10 @@
 """SLA signals from raw counter values: requests over the idle window and the P99 bucket, per minute.
 
-Each SLA's request counter and latency buckets are read as the last value of every series in each
-minute (`last_over_time(sel[59999ms])`, identical on Prometheus 2.x/3.x and VictoriaMetrics), plus
-each series' last value before the range as its baseline. Increases (with resets; a series born in
-the range counts from zero) and the trailing-window sums and P99 bucket are computed in Python,
-so dark-time and breach minutes do not depend on any engine's `increase`/`rate` extrapolation.
+Each SLA's request counter and latency buckets are read as per-minute increases built from raw
+last values only (`minute_increases`: resets and births handled, nothing extrapolated, identical on
+Prometheus 2.x/3.x and VictoriaMetrics) and summed in the engine; the trailing-window sums and the
+P99 bucket are computed here, so dark-time and breach minutes do not depend on any engine's
+`increase`/`rate` extrapolation.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from decimal import Decimal
 import requests
 
 from app.core.errors import AppError
-from app.metrics.counters import step_increases
 from app.metrics.histograms import boundaries, p99_bucket, parse_le, quantile
 from app.metrics.promql_http import get_body
 from app.metrics.types import ServiceMinutes, SourceBatch
@@ -36,33 +35,36 @@ def window_minutes(policy: PolicyDocument) -> int:
     return -(-policy.colocation.idle_window_s // MINUTE_S)
 
 
-def services_plan(batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) -> Plan:
-    """Queries for the minutes (cs, ce] of every SLA; the last answer fills `batch.services`.
+# A series silent for longer than this before a minute counts as born in that minute (its whole value is increase).
+SILENCE = "10m"
 
-    One query per SLA and signal, tagged by the handler rather than by `label_replace` (which
-    Prometheus would apply at every step of every series).
+
+def minute_increases(selector: str, by: str) -> str:
+    """PromQL: each series' counter increase into every minute (last sample in the minute minus the one before), summed.
+
+    A drop is a reset (the new value is all increase) and a series with no earlier sample within
+    SILENCE was born: both through `or`, so no series is counted twice. Only `last_over_time`,
+    `offset`, arithmetic and set operators enter: Prometheus 2.x/3.x and VictoriaMetrics answer the
+    same, with none of `increase`'s extrapolation. Engine-side sums keep the answers one series per
+    `le` (not per pod and `le`).
     """
+    now = f"last_over_time({selector}[59999ms])"
+    before = f"last_over_time({selector}[{SILENCE}] offset 1m)"
+    return f"sum by ({by}) ((({now} - {before}) >= 0) or ({now} + 0))"
+
+
+def services_plan(batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) -> Plan:
+    """Queries for the minutes (cs, ce] of every SLA; the last answer fills `batch.services`."""
     if not policy.sla:
         return []
     for sla in policy.sla:
         batch.services.setdefault(sla.service, ServiceMinutes(service=sla.service))
     lookback = max(window_minutes(policy), P99_WINDOW_MIN) * MINUTE_S
-    first = cs - lookback  # the first minute end whose increase is needed
-    signals = [(sla.service, signal, selector) for sla in policy.sla
-               for signal, selector in (("requests", sla.requests), ("latency", sla.latency_histogram))]
-    # Each series' last value so far (its baseline first); an unknown series was born in the range.
-    last_value: dict[tuple, float] = {}
-    # Increases summed over series as they arrive (no per-series history is kept: memory stays flat).
+    first = cs - lookback + MINUTE_S  # the first minute end whose increase a trailing window needs
     requests: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))  # service -> minute -> n
     buckets: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))  # service -> le -> minute -> n
 
-    def keep_baseline(service: str, signal: str) -> Callable[[list], None]:
-        def handle(result: list) -> None:
-            for item in result:
-                last_value[_key(service, signal, item["metric"])] = float(item["values"][-1][1])
-        return handle
-
-    def add_increases(service: str, signal: str, finish: bool) -> Callable[[list], None]:
+    def add(service: str, signal: str, finish: bool) -> Callable[[list], None]:
         def handle(result: list) -> None:
             for item in result:
                 if signal == "requests":
@@ -70,35 +72,24 @@ def services_plan(batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) 
                 else:
                     le = parse_le(item["metric"].get("le", ""))
                     if le is None:
-                        continue  # _sum/_count or a malformed bucket: not part of the quantile
+                        continue  # a malformed bucket: not part of the quantile
                     target = buckets[service][le]
-                key = _key(service, signal, item["metric"])
-                # Timestamps as JSON gives them: a float and an int of one second hash alike.
-                points = {t: float(v) for t, v in item["values"]}
-                for t, v in step_increases(points, baseline=last_value.get(key)).items():
-                    if t > first:  # the first step only anchors the series
-                        target[t] += v
-                last_value[key] = points[max(points)] if points else last_value.get(key)
+                for t, v in item["values"]:
+                    target[int(t)] += float(v)
             if finish:
                 _fill(batch, policy, cs, ce, requests, buckets)
         return handle
 
+    signals = [(sla.service, signal, minute_increases(selector, by)) for sla in policy.sla
+               for signal, selector, by in (("requests", sla.requests, ""), ("latency", sla.latency_histogram, "le"))]
     plan: Plan = []
-    # Each series' last value in the hour before the range (a series without one was born in it).
-    for service, signal, selector in signals:
-        plan.append((f"last_over_time({selector}[3599999ms])", first - MINUTE_S, first - MINUTE_S, MINUTE_S,
-                     keep_baseline(service, signal)))
-    pieces = list(range(first, ce, MAX_STEPS * MINUTE_S))
+    pieces = list(range(first, ce + 1, MAX_STEPS * MINUTE_S))
     for i, a in enumerate(pieces):
-        b = min(a + MAX_STEPS * MINUTE_S, ce)
-        for j, (service, signal, selector) in enumerate(signals):
+        b = min(a + (MAX_STEPS - 1) * MINUTE_S, ce)
+        for j, (service, signal, query) in enumerate(signals):
             last = i == len(pieces) - 1 and j == len(signals) - 1
-            plan.append((f"last_over_time({selector}[59999ms])", a, b, MINUTE_S, add_increases(service, signal, last)))
+            plan.append((query, a, b, MINUTE_S, add(service, signal, last)))
     return plan
-
-
-def _key(service: str, signal: str, metric: dict) -> tuple:
-    return (service, signal, tuple(sorted(metric.items())))
 
 
 def _fill(batch: SourceBatch, policy: PolicyDocument, cs: int, ce: int,
