@@ -19,7 +19,8 @@ from app.api.common import CursorQuery, IdempotencyDep, conditional, decode_curs
 from app.auth.deps import CurrentUser, Principal, require_roles
 from app.billing import exports, periods
 from app.billing.invoice_pages import tenant_totals
-from app.billing.invoices import load_view, platform_statement, rated_period, tenant_invoice
+from app.billing.invoices import load_view, platform_statement, tenant_invoice
+from app.billing.period import rated_period
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
 

@@ -18,13 +18,11 @@ from app.billing.models import (
     BillingPeriod,
     ChargeLineRecord,
     LineSource,
-    PeriodStatus,
     PoolCostRecord,
     TenantUsageRecord,
     UnattributedBreachRecord,
     UnpooledUsageRecord,
 )
-from app.billing.periods import get_period, parse_period, require_started
 from app.billing.types import PLATFORM, LineKind
 from app.policy.document import UNALLOCATED
 from app.core.errors import NotFound
@@ -52,16 +50,6 @@ class PeriodView:
     def tenants(self) -> list[str]:
         names = {l.account for l in self.lines} | {u.tenant for u in self.usage}
         return sorted(names - NOT_TENANTS)
-
-
-def rated_period(*, session: Session, month: str) -> BillingPeriod:
-    """The stored period, or 404 when it is unknown, in the future or never rated."""
-    p = parse_period(month)
-    require_started(p)
-    row = get_period(session=session, month=p.month)
-    if row is None or row.status == PeriodStatus.OPEN:
-        raise NotFound(f"Billing period {p.month} has not been rated yet")
-    return row
 
 
 def load_view(*, session: Session, period: BillingPeriod) -> PeriodView:
