@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from app.core.errors import FieldError, Invalid
+from app.core.timeutil import SECONDS_PER_HOUR
 from app.metrics.types import ModelEnergy
 from app.policy.document import GpuPrice, Pricing
 
@@ -38,7 +39,7 @@ def describe_hours(hours: Iterable[int]) -> str:
     ordered = sorted(set(hours))
     runs: list[list[int]] = []
     for h in ordered:
-        if runs and h == runs[-1][1] + 3600:
+        if runs and h == runs[-1][1] + SECONDS_PER_HOUR:
             runs[-1][1] = h
         else:
             runs.append([h, h])
