@@ -23,9 +23,11 @@ from app.billing.models import (
     UnattributedBreachRecord,
     UnpooledUsageRecord,
 )
+from app.billing.efficiency import mean_activity
 from app.billing.types import PLATFORM, LineKind
 from app.policy.document import UNALLOCATED
 from app.core.errors import NotFound
+from app.core.timeutil import SECONDS_PER_HOUR
 from app.metrics.quality import FindingsSummary, findings_summary
 
 ZERO = Decimal(0)
@@ -109,15 +111,9 @@ def line_dict(line: ChargeLineRecord) -> dict:
 
 
 def _efficiency(rows: list[TenantUsageRecord]) -> float | None:
-    """GPU-hour weighted mean of the measured efficiencies (None when nothing was measured)."""
-    weight = total = 0.0
-    for u in rows:
-        if u.efficiency is None:
-            continue
-        hours = float(u.busy_gpu_hours + u.dark_gpu_hours)
-        weight += hours
-        total += hours * u.efficiency
-    return round(total / weight, 4) if weight else None
+    """The tenant's efficiency over its pools and classes: weighted by occupied samples, as SPEC section 4 defines it."""
+    activity = sum(u.efficiency * u.activity_samples for u in rows if u.activity_samples)
+    return mean_activity(activity, sum(u.activity_samples for u in rows))
 
 
 def tenant_invoice(view: PeriodView, tenant: str) -> dict:
@@ -243,8 +239,8 @@ def platform_statement(view: PeriodView) -> dict:
         # Never billed: GPU-seconds a unit reported above its capacity, cut at ingestion.
         "data_quality": {
             "findings": view.findings.count,
-            "gpu_hours_cut": (view.findings.gpu_seconds_cut / 3600).quantize(HOURS),
-            "by_pool": {p: {"findings": n, "gpu_hours_cut": (cut / 3600).quantize(HOURS)}
+            "gpu_hours_cut": (view.findings.gpu_seconds_cut / SECONDS_PER_HOUR).quantize(HOURS),
+            "by_pool": {p: {"findings": n, "gpu_hours_cut": (cut / SECONDS_PER_HOUR).quantize(HOURS)}
                         for p, (n, cut) in sorted(view.findings.by_pool.items())},
         },
     }

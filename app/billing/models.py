@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import Column, Numeric, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, Numeric, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 import app.core.models  # noqa: F401  (naming convention)
@@ -102,6 +102,7 @@ class TenantUsageRecord(SQLModel, table=True):
     busy_gpu_hours: Decimal = Field(sa_column=Column(QUANTITY, nullable=False))
     dark_gpu_hours: Decimal = Field(sa_column=Column(QUANTITY, nullable=False))
     efficiency: float | None = None
+    activity_samples: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
 
 
 class UnpooledUsageRecord(SQLModel, table=True):

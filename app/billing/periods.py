@@ -33,7 +33,7 @@ from app.billing.types import PLATFORM, ChargeLine, RatingResult
 from app.core.audit import record
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
 from app.core.settings import get_settings
-from app.core.timeutil import from_epoch, hours_between, utcnow
+from app.core.timeutil import SECONDS_PER_HOUR, from_epoch, hours_between, utcnow
 from app.metrics.models import IngestHour, PoolHourRollup, UsageRollup
 
 CENT = Decimal("0.01")
@@ -211,7 +211,7 @@ def unpooled_status(*, session: Session, period: Period) -> UnpooledStatus:
             UsageRollup.pool == UNPOOLED, UsageRollup.hour >= period.start, UsageRollup.hour < period.end
         )
     ).scalar_one()
-    to_hours = lambda gs: (Decimal(gs or 0) / 3600).quantize(Decimal("0.000001"))  # noqa: E731
+    to_hours = lambda gs: (Decimal(gs or 0) / SECONDS_PER_HOUR).quantize(Decimal("0.000001"))  # noqa: E731
     return UnpooledStatus(hours=hours, max_gpus=gpus or 0, capacity_gpu_hours=to_hours(capacity), used_gpu_hours=to_hours(used))
 
 
@@ -252,7 +252,7 @@ def _rate_into(session: Session, row: BillingPeriod, p: Period, actor: str) -> D
         {
             "period_id": row.id, "tenant": u.tenant, "department": departments.get(u.tenant, ""), "pool": u.pool,
             "klass": u.klass, "busy_gpu_hours": u.busy_gpu_hours, "dark_gpu_hours": u.dark_gpu_hours,
-            "efficiency": u.efficiency,
+            "efficiency": u.efficiency, "activity_samples": u.activity_samples,
         }
         for u in sorted(result.usage, key=lambda u: (u.tenant, u.pool, u.klass))
     ]

@@ -29,6 +29,7 @@ from app.billing.types import (
     PLATFORM, ChargeLine, LineKind, RatingHour, RatingResult, TenantUsage, UnattributedBreach, Unpooled, UnpooledUse,
 )
 from app.core.errors import FieldError, Invalid
+from app.core.timeutil import SECONDS_PER_HOUR
 from app.metrics.attribution import UNPOOLED
 from app.policy.document import UNALLOCATED, PolicyDocument, Pricing
 
@@ -38,7 +39,6 @@ PRECISION = 60
 EXACT = Decimal("1e-20")
 RATE = Decimal("1e-36")
 QUANTITY = Decimal("0.000001")
-SECONDS_PER_HOUR = Decimal(3600)
 ZERO = Decimal(0)
 ONE = Decimal(1)
 
@@ -410,13 +410,13 @@ class _Rater:
                 else:
                     quantity, unit = (qty / SECONDS_PER_HOUR).quantize(QUANTITY), GPU_HOUR
                     charged[pool] = charged.get(pool, ZERO) + rounded
-                lines.append(ChargeLine(account, pool, kind, klass, version, first, last + 3600, quantity, unit, rounded, service))
+                lines.append(ChargeLine(account, pool, kind, klass, version, first, last + SECONDS_PER_HOUR, quantity, unit, rounded, service))
 
         for (pool, service, version), (tenant, minutes, first, last) in self.credits.items():
             # the credit mirrors the rounded penalties exactly, so transfers net to zero to the cent
             amount = -penalties[(pool, service, version)]
             klass = self.versions[version].klass.get(tenant, INFERENCE)
-            lines.append(ChargeLine(tenant, pool, LineKind.SLA_CREDIT, klass, version, first, last + 3600, Decimal(minutes), BREACH_MINUTE, amount, service))
+            lines.append(ChargeLine(tenant, pool, LineKind.SLA_CREDIT, klass, version, first, last + SECONDS_PER_HOUR, Decimal(minutes), BREACH_MINUTE, amount, service))
 
         # one rounding line per pool for the whole period (conservation is per pool-month), under the
         # version of the pool's last hour
@@ -424,7 +424,7 @@ class _Rater:
         for pool, (cost, first, last, version) in sorted(self.cost.items()):
             total = cost_by_pool[pool] = cost.quantize(cent)
             residue = total - charged.get(pool, ZERO)
-            lines.append(ChargeLine(PLATFORM, pool, LineKind.ROUNDING, "", version, first, last + 3600, ZERO.quantize(QUANTITY), GPU_HOUR, residue))
+            lines.append(ChargeLine(PLATFORM, pool, LineKind.ROUNDING, "", version, first, last + SECONDS_PER_HOUR, ZERO.quantize(QUANTITY), GPU_HOUR, residue))
 
         lines.sort(key=lambda x: (x.account, x.pool, x.kind, x.klass, x.service, x.policy_version, x.charge_start))
         tenant_usage = [
@@ -435,6 +435,7 @@ class _Rater:
                 busy_gpu_hours=(busy / SECONDS_PER_HOUR).quantize(QUANTITY),
                 dark_gpu_hours=(dark / SECONDS_PER_HOUR).quantize(QUANTITY),
                 efficiency=(activity / (samples * 1_000_000_000)) if samples else None,
+                activity_samples=samples,
             )
             for (tenant, pool, klass), (busy, dark, activity, samples) in sorted(usage.items())
         ]

@@ -10,6 +10,7 @@ from decimal import Decimal
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
+from app.billing.efficiency import mean_activity
 from app.billing.models import BillingPeriod, ChargeLineRecord, PeriodStatus
 from app.billing.types import LineKind
 from app.policy.document import PolicyDocument
@@ -99,7 +100,7 @@ def tenant_rows(
             a["daily"][i] += h
     spend = spend_by_tenant(session=session, month=spend_month)
     return [
-        TenantRow(tenant=t, gpu_hours=a["hours"], dark_hours=a["dark"], efficiency=a["act"] / a["n"] if a["n"] else None,
+        TenantRow(tenant=t, gpu_hours=a["hours"], dark_hours=a["dark"], efficiency=mean_activity(a["act"], a["n"]),
                   previous_hours=a["prev"], spend=None if spend is None else spend.get(t, ZERO), daily=a["daily"])
         for t, a in acc.items()
     ]
