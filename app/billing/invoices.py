@@ -7,13 +7,13 @@ always shows the same figures.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 from sqlalchemy import select
 from sqlmodel import Session
 
+from app.billing.efficiency import mean_activity
 from app.billing.models import (
     BillingPeriod,
     ChargeLineRecord,
@@ -23,15 +23,13 @@ from app.billing.models import (
     UnattributedBreachRecord,
     UnpooledUsageRecord,
 )
-from app.billing.efficiency import mean_activity
+from app.billing.totals import BILLED_KINDS, NOT_TENANTS, account_totals, department_rollup, fold_totals
 from app.billing.types import PLATFORM, LineKind
-from app.policy.document import UNALLOCATED
 from app.core.errors import NotFound
 from app.core.timeutil import SECONDS_PER_HOUR
 from app.metrics.quality import FindingsSummary, findings_summary
 
 ZERO = Decimal(0)
-NOT_TENANTS = frozenset({PLATFORM, UNALLOCATED})  # their use is on the platform statement, not an invoice
 HOURS = Decimal("0.000001")
 
 
@@ -142,40 +140,23 @@ def tenant_invoice(view: PeriodView, tenant: str) -> dict:
         "penalties_paid": penalties,
         "credits_received": credits,
         "corrections": sum((l.amount for l in lines if l.source == LineSource.CORRECTION), ZERO),
-        "total": sum((l.amount for l in lines), ZERO),
+        "total": account_totals(lines).get(tenant, ZERO),
     }
 
 
 def invoice_summaries(view: PeriodView, visible: frozenset[str] | None) -> dict:
     """Invoice totals per visible tenant and their department roll-ups."""
-    totals: dict[str, Decimal] = defaultdict(lambda: ZERO)
-    departments: dict[str, str] = {}
-    hours: dict[str, Decimal] = defaultdict(lambda: ZERO)
-    for l in view.lines:
-        if l.account not in NOT_TENANTS:
-            totals[l.account] += l.amount
-            departments.setdefault(l.account, l.department)
-    for u in view.usage:
-        if u.tenant not in NOT_TENANTS:
-            hours[u.tenant] += u.busy_gpu_hours + u.dark_gpu_hours
-            totals[u.tenant] += ZERO
-            departments.setdefault(u.tenant, u.department)
-    tenants = [t for t in sorted(totals) if visible is None or t in visible]
-    invoices = [
-        {"tenant": t, "department": departments.get(t, ""), "gpu_hours": hours[t], "total": totals[t]}
-        for t in tenants
-    ]
-    rollup: dict[str, dict] = {}
-    for inv in invoices:
-        dept = rollup.setdefault(inv["department"], {"department": inv["department"], "tenants": [], "total": ZERO})
-        dept["tenants"].append(inv["tenant"])
-        dept["total"] += inv["total"]
+    invoices = fold_totals(
+        ((l.account, l.department, l.amount) for l in view.lines if l.kind in BILLED_KINDS),
+        ((u.tenant, u.department, u.busy_gpu_hours + u.dark_gpu_hours) for u in view.usage),
+        visible,
+    )
     return {
         "period": view.period.month,
         "status": view.period.status,
         "currency": view.period.currency,
         "invoices": invoices,
-        "departments": [rollup[d] for d in sorted(rollup)],
+        "departments": department_rollup(invoices),
     }
 
 

@@ -7,6 +7,7 @@ nothing in this module's tables changes for that period (corrections land in a l
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from decimal import Decimal
 
 from sqlalchemy import BigInteger, Column, Numeric, Text, UniqueConstraint
@@ -18,7 +19,7 @@ MONEY = Numeric(18, 2)
 QUANTITY = Numeric(20, 6)
 
 
-class PeriodStatus:
+class PeriodStatus(StrEnum):
     OPEN = "open"
     RATED = "rated"
     FINALIZED = "finalized"
@@ -57,7 +58,7 @@ class BillingPeriod(SQLModel, table=True):
     pdf_sha256: str | None = None
 
 
-class LineSource:
+class LineSource(StrEnum):
     RATING = "rating"  # replaced by each rating run
     CORRECTION = "correction"  # added by finance, survives re-rating
 
