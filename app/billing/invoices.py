@@ -13,7 +13,7 @@ from decimal import Decimal
 from sqlalchemy import select
 from sqlmodel import Session
 
-from app.billing.efficiency import mean_activity
+from app.billing.efficiency import issued_hour_weighted, mean_activity
 from app.billing.models import (
     BillingPeriod,
     ChargeLineRecord,
@@ -110,6 +110,9 @@ def line_dict(line: ChargeLineRecord) -> dict:
 
 def _efficiency(rows: list[TenantUsageRecord]) -> float | None:
     """The tenant's efficiency over its pools and classes: weighted by occupied samples, as SPEC section 4 defines it."""
+    if any(u.efficiency is not None and not u.activity_samples for u in rows):  # rated before sample counts
+        return issued_hour_weighted([(u.efficiency, float(u.busy_gpu_hours + u.dark_gpu_hours))
+                                     for u in rows if u.efficiency is not None])
     activity = sum(u.efficiency * u.activity_samples for u in rows if u.activity_samples)
     return mean_activity(activity, sum(u.activity_samples for u in rows))
 

@@ -142,3 +142,17 @@ async def test_efficiency_is_sample_weighted_everywhere(finance, session):
     assert f"<td>{shown}</td>" in (await finance.get("/tenants?start=2026-10-01&end=2026-10-31&q=vision")).text
     row = rated_period(session=session, month=MONTH)
     assert shown in pdf_text(exports.render_invoice(session=session, period=row, tenant="vision"))
+
+
+async def test_invoices_rated_before_sample_counts_keep_the_figure_they_were_issued_with(finance, session):
+    """Rows rated before migration 0008 carry no sample count: a closed period's exports must keep
+    matching the hashes stored when it closed, so such rows keep the GPU-hour weighting they were issued with."""
+    from app.billing.models import TenantUsageRecord
+
+    await _rate(finance)
+    session.exec(update(TenantUsageRecord).values(activity_samples=0))  # what 0008 leaves on older rows
+    session.commit()
+    invoice = (await finance.get(f"/api/v1/periods/{MONTH}/invoices/vision")).json()
+    assert invoice["efficiency"] == GPU_HOUR_WEIGHTED
+    await _rate(finance)  # re-rating a draft stores the sample counts: the one definition again
+    assert (await finance.get(f"/api/v1/periods/{MONTH}/invoices/vision")).json()["efficiency"] == EFFICIENCY
