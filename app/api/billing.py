@@ -18,8 +18,9 @@ from starlette.responses import Response
 from app.api.common import CursorQuery, IdempotencyDep, conditional, decode_cursor, encode_cursor, json_response
 from app.auth.deps import CurrentUser, Principal, require_roles
 from app.billing import exports, periods
-from app.billing.invoice_pages import tenant_totals
-from app.billing.invoices import load_view, platform_statement, rated_period, tenant_invoice
+from app.billing.invoices import load_view, platform_statement, tenant_invoice
+from app.billing.period import rated_period
+from app.billing.totals import department_rollup, tenant_totals
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
 
@@ -95,12 +96,8 @@ def list_invoices(
     Answers carry an ETag; a GET with a matching If-None-Match gets 304.
     """
     row = rated_period(session=session, month=period)
-    invoices = tenant_totals(session=session, period=row, visible=user.visible_tenants())
-    departments: dict[str, dict] = {}
-    for inv in invoices:  # roll-ups cover every visible tenant, whichever page is asked for
-        dept = departments.setdefault(inv["department"], {"department": inv["department"], "tenants": [], "total": Decimal(0)})
-        dept["tenants"].append(inv["tenant"])
-        dept["total"] += inv["total"]
+    invoices = tenant_totals(session=session, period=row, viewer=user)
+    departments = department_rollup(invoices)  # roll-ups cover every visible tenant, whichever page is asked for
     if cursor is not None:
         (after,) = decode_cursor(cursor, [str])
         invoices = [inv for inv in invoices if inv["tenant"] > after]
@@ -110,7 +107,7 @@ def list_invoices(
         next_cursor = encode_cursor([invoices[-1]["tenant"]])
     payload = {
         "period": row.month, "status": row.status, "currency": row.currency, "invoices": invoices,
-        "departments": [departments[d] for d in sorted(departments)], "next_cursor": next_cursor,
+        "departments": departments, "next_cursor": next_cursor,
     }
     return conditional(request, to_json(payload))
 

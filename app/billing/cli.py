@@ -117,7 +117,7 @@ def export_command(
 ) -> None:
     """Write PERIOD's export (CSV, FOCUS 1.2 CSV or PDF) to a file."""
     from app.billing import exports
-    from app.billing.invoices import rated_period
+    from app.billing.period import rated_period
     from app.core.db import unit_of_work
 
     with _business_errors():

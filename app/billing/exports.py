@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 from sqlmodel import Session
 
+from app.billing import pdf
 from app.billing.invoices import PeriodView, load_view
 from app.billing.models import BillingPeriod, ChargeLineRecord, LineSource
 from app.billing.types import PLATFORM, LineKind
@@ -88,12 +89,10 @@ def render(*, session: Session, period: BillingPeriod, fmt: str) -> bytes:
 
 def render_invoice(*, session: Session, period: BillingPeriod, tenant: str) -> bytes:
     """One tenant's invoice as PDF; 404 when the period holds nothing for that tenant."""
-    from app.billing.pdf import render_invoice_pdf
-
     view = _plain_view(load_view(session=session, period=period))
     if tenant not in view.tenants:
         raise NotFound(f"No invoice for tenant {tenant!r} in {period.month}")
-    return render_invoice_pdf(view, tenant)
+    return pdf.render_invoice_pdf(view, tenant)
 
 
 def hashes(*, session: Session, period: BillingPeriod) -> dict[str, str]:
@@ -272,9 +271,7 @@ def _dark_multipliers(view: PeriodView) -> dict[int, Decimal]:
 
 
 def render_pdf(view: PeriodView) -> bytes:
-    from app.billing.pdf import render_pdf as _render
-
-    return _render(view)
+    return pdf.render_pdf(view)
 
 
 # Late-bound so a test can make one renderer fail mid-close.

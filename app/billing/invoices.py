@@ -7,31 +7,29 @@ always shows the same figures.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 from sqlalchemy import select
 from sqlmodel import Session
 
+from app.billing.efficiency import issued_hour_weighted, mean_activity
 from app.billing.models import (
     BillingPeriod,
     ChargeLineRecord,
     LineSource,
-    PeriodStatus,
     PoolCostRecord,
     TenantUsageRecord,
     UnattributedBreachRecord,
     UnpooledUsageRecord,
 )
-from app.billing.periods import get_period, parse_period, require_started
+from app.billing.totals import BILLED_KINDS, NOT_TENANTS, account_totals, department_rollup, fold_totals
 from app.billing.types import PLATFORM, LineKind
-from app.policy.document import UNALLOCATED
 from app.core.errors import NotFound
+from app.core.timeutil import SECONDS_PER_HOUR
 from app.metrics.quality import FindingsSummary, findings_summary
 
 ZERO = Decimal(0)
-NOT_TENANTS = frozenset({PLATFORM, UNALLOCATED})  # their use is on the platform statement, not an invoice
 HOURS = Decimal("0.000001")
 
 
@@ -52,16 +50,6 @@ class PeriodView:
     def tenants(self) -> list[str]:
         names = {l.account for l in self.lines} | {u.tenant for u in self.usage}
         return sorted(names - NOT_TENANTS)
-
-
-def rated_period(*, session: Session, month: str) -> BillingPeriod:
-    """The stored period, or 404 when it is unknown, in the future or never rated."""
-    p = parse_period(month)
-    require_started(p)
-    row = get_period(session=session, month=p.month)
-    if row is None or row.status == PeriodStatus.OPEN:
-        raise NotFound(f"Billing period {p.month} has not been rated yet")
-    return row
 
 
 def load_view(*, session: Session, period: BillingPeriod) -> PeriodView:
@@ -121,15 +109,12 @@ def line_dict(line: ChargeLineRecord) -> dict:
 
 
 def _efficiency(rows: list[TenantUsageRecord]) -> float | None:
-    """GPU-hour weighted mean of the measured efficiencies (None when nothing was measured)."""
-    weight = total = 0.0
-    for u in rows:
-        if u.efficiency is None:
-            continue
-        hours = float(u.busy_gpu_hours + u.dark_gpu_hours)
-        weight += hours
-        total += hours * u.efficiency
-    return round(total / weight, 4) if weight else None
+    """The tenant's efficiency over its pools and classes: weighted by occupied samples, as SPEC section 4 defines it."""
+    if any(u.efficiency is not None and not u.activity_samples for u in rows):  # rated before sample counts
+        return issued_hour_weighted([(u.efficiency, float(u.busy_gpu_hours + u.dark_gpu_hours))
+                                     for u in rows if u.efficiency is not None])
+    activity = sum(u.efficiency * u.activity_samples for u in rows if u.activity_samples)
+    return mean_activity(activity, sum(u.activity_samples for u in rows))
 
 
 def tenant_invoice(view: PeriodView, tenant: str) -> dict:
@@ -158,40 +143,23 @@ def tenant_invoice(view: PeriodView, tenant: str) -> dict:
         "penalties_paid": penalties,
         "credits_received": credits,
         "corrections": sum((l.amount for l in lines if l.source == LineSource.CORRECTION), ZERO),
-        "total": sum((l.amount for l in lines), ZERO),
+        "total": account_totals(lines).get(tenant, ZERO),
     }
 
 
 def invoice_summaries(view: PeriodView, visible: frozenset[str] | None) -> dict:
     """Invoice totals per visible tenant and their department roll-ups."""
-    totals: dict[str, Decimal] = defaultdict(lambda: ZERO)
-    departments: dict[str, str] = {}
-    hours: dict[str, Decimal] = defaultdict(lambda: ZERO)
-    for l in view.lines:
-        if l.account not in NOT_TENANTS:
-            totals[l.account] += l.amount
-            departments.setdefault(l.account, l.department)
-    for u in view.usage:
-        if u.tenant not in NOT_TENANTS:
-            hours[u.tenant] += u.busy_gpu_hours + u.dark_gpu_hours
-            totals[u.tenant] += ZERO
-            departments.setdefault(u.tenant, u.department)
-    tenants = [t for t in sorted(totals) if visible is None or t in visible]
-    invoices = [
-        {"tenant": t, "department": departments.get(t, ""), "gpu_hours": hours[t], "total": totals[t]}
-        for t in tenants
-    ]
-    rollup: dict[str, dict] = {}
-    for inv in invoices:
-        dept = rollup.setdefault(inv["department"], {"department": inv["department"], "tenants": [], "total": ZERO})
-        dept["tenants"].append(inv["tenant"])
-        dept["total"] += inv["total"]
+    invoices = fold_totals(
+        ((l.account, l.department, l.amount) for l in view.lines if l.kind in BILLED_KINDS),
+        ((u.tenant, u.department, u.busy_gpu_hours + u.dark_gpu_hours) for u in view.usage),
+        visible,
+    )
     return {
         "period": view.period.month,
         "status": view.period.status,
         "currency": view.period.currency,
         "invoices": invoices,
-        "departments": [rollup[d] for d in sorted(rollup)],
+        "departments": department_rollup(invoices),
     }
 
 
@@ -255,8 +223,8 @@ def platform_statement(view: PeriodView) -> dict:
         # Never billed: GPU-seconds a unit reported above its capacity, cut at ingestion.
         "data_quality": {
             "findings": view.findings.count,
-            "gpu_hours_cut": (view.findings.gpu_seconds_cut / 3600).quantize(HOURS),
-            "by_pool": {p: {"findings": n, "gpu_hours_cut": (cut / 3600).quantize(HOURS)}
+            "gpu_hours_cut": (view.findings.gpu_seconds_cut / SECONDS_PER_HOUR).quantize(HOURS),
+            "by_pool": {p: {"findings": n, "gpu_hours_cut": (cut / SECONDS_PER_HOUR).quantize(HOURS)}
                         for p, (n, cut) in sorted(view.findings.by_pool.items())},
         },
     }

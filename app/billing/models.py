@@ -7,9 +7,10 @@ nothing in this module's tables changes for that period (corrections land in a l
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from decimal import Decimal
 
-from sqlalchemy import Column, Numeric, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, Numeric, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 import app.core.models  # noqa: F401  (naming convention)
@@ -18,7 +19,7 @@ MONEY = Numeric(18, 2)
 QUANTITY = Numeric(20, 6)
 
 
-class PeriodStatus:
+class PeriodStatus(StrEnum):
     OPEN = "open"
     RATED = "rated"
     FINALIZED = "finalized"
@@ -57,7 +58,7 @@ class BillingPeriod(SQLModel, table=True):
     pdf_sha256: str | None = None
 
 
-class LineSource:
+class LineSource(StrEnum):
     RATING = "rating"  # replaced by each rating run
     CORRECTION = "correction"  # added by finance, survives re-rating
 
@@ -102,6 +103,7 @@ class TenantUsageRecord(SQLModel, table=True):
     busy_gpu_hours: Decimal = Field(sa_column=Column(QUANTITY, nullable=False))
     dark_gpu_hours: Decimal = Field(sa_column=Column(QUANTITY, nullable=False))
     efficiency: float | None = None
+    activity_samples: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
 
 
 class UnpooledUsageRecord(SQLModel, table=True):

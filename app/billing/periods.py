@@ -6,9 +6,8 @@ Services flush only; the caller's unit of work commits. Every state change is au
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 from sqlalchemy import delete, func, insert, select, update
@@ -16,6 +15,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Session
 
+from app.billing import exports
 from app.billing.loader import DocumentCache, load_hours
 from app.billing.models import (
     BillingPeriod,
@@ -27,45 +27,16 @@ from app.billing.models import (
     UnattributedBreachRecord,
     UnpooledUsageRecord,
 )
+from app.billing.period import Period, get_period, month_name, next_month, parse_period, require_started
+from app.billing.rating import rate_period
 from app.billing.types import PLATFORM, ChargeLine, RatingResult
 from app.core.audit import record
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
 from app.core.settings import get_settings
-from app.core.timeutil import from_epoch, hours_between, utcnow
+from app.core.timeutil import SECONDS_PER_HOUR, from_epoch, hours_between, utcnow
 from app.metrics.models import IngestHour, PoolHourRollup, UsageRollup
 
 CENT = Decimal("0.01")
-_PERIOD = re.compile(r"^(\d{4})-(\d{2})$")
-
-
-@dataclass(frozen=True)
-class Period:
-    """A calendar month in the billing timezone, as UTC instants [start, end)."""
-
-    month: str
-    start: datetime
-    end: datetime
-
-
-def parse_period(value: str, *, field_path: str = "period") -> Period:
-    """Parse "YYYY-MM" into the month's UTC bounds in the configured billing timezone."""
-    match = _PERIOD.match(value or "")
-    if not match or not 1 <= int(match.group(2)) <= 12 or int(match.group(1)) < 1970:
-        raise Invalid(
-            f"{value!r} is not a billing period; use YYYY-MM, e.g. 2026-10",
-            [FieldError(field_path, "expected YYYY-MM with a month from 01 to 12")],
-        )
-    year, month = int(match.group(1)), int(match.group(2))
-    tz = get_settings().tz
-    start = datetime(year, month, 1, tzinfo=tz)
-    end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=tz)
-    return Period(month=value, start=start.astimezone(UTC), end=end.astimezone(UTC))
-
-
-def require_started(period: Period) -> None:
-    """A month that has not begun has nothing to bill: 404."""
-    if period.start > utcnow():
-        raise NotFound(f"Billing period {period.month} has not started yet")
 
 
 @dataclass
@@ -95,10 +66,6 @@ def hour_status(*, session: Session, period: Period) -> HourStatus:
         elif state != "ok":
             status.gaps.append(hour)
     return status
-
-
-def get_period(*, session: Session, month: str) -> BillingPeriod | None:
-    return session.execute(select(BillingPeriod).where(BillingPeriod.month == month)).scalars().first()
 
 
 def _get_or_create(session: Session, period: Period) -> BillingPeriod:
@@ -165,8 +132,6 @@ def close(
     reason: str | None = None,
 ) -> BillingPeriod:
     """Finalize the period in one transaction: re-rate, store lines and export hashes, audit."""
-    from app.billing import exports
-
     p = parse_period(period)
     require_started(p)
     reason = (reason or "").strip() or None
@@ -246,7 +211,7 @@ def unpooled_status(*, session: Session, period: Period) -> UnpooledStatus:
             UsageRollup.pool == UNPOOLED, UsageRollup.hour >= period.start, UsageRollup.hour < period.end
         )
     ).scalar_one()
-    to_hours = lambda gs: (Decimal(gs or 0) / 3600).quantize(Decimal("0.000001"))  # noqa: E731
+    to_hours = lambda gs: (Decimal(gs or 0) / SECONDS_PER_HOUR).quantize(Decimal("0.000001"))  # noqa: E731
     return UnpooledStatus(hours=hours, max_gpus=gpus or 0, capacity_gpu_hours=to_hours(capacity), used_gpu_hours=to_hours(used))
 
 
@@ -262,8 +227,6 @@ def _unpooled_message(p: Period, unpooled: UnpooledStatus) -> str:
 
 def _rating_result(session: Session, p: Period, docs: DocumentCache) -> RatingResult:
     """Rate the stored hours; a GPU model without a price raises MissingPrice (422, model and hours named)."""
-    from app.billing.rating import rate_period
-
     return rate_period(
         load_hours(session=session, start=p.start, end=p.end, docs=docs),
         period_start=int(p.start.timestamp()), period_end=int(p.end.timestamp()),
@@ -289,7 +252,7 @@ def _rate_into(session: Session, row: BillingPeriod, p: Period, actor: str) -> D
         {
             "period_id": row.id, "tenant": u.tenant, "department": departments.get(u.tenant, ""), "pool": u.pool,
             "klass": u.klass, "busy_gpu_hours": u.busy_gpu_hours, "dark_gpu_hours": u.dark_gpu_hours,
-            "efficiency": u.efficiency,
+            "efficiency": u.efficiency, "activity_samples": u.activity_samples,
         }
         for u in sorted(result.usage, key=lambda u: (u.tenant, u.pool, u.klass))
     ]
@@ -439,12 +402,13 @@ def list_periods(*, session: Session, staff: bool = True) -> list[dict]:
         cur = first.astimezone(tz).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         stop = last.astimezone(tz)
         while cur <= stop:
-            month = f"{cur.year:04d}-{cur.month:02d}"
+            month = month_name(cur.year, cur.month)
             if month not in out:
                 p = parse_period(month)
                 out[month] = {"period": month, "status": PeriodStatus.OPEN, "starts_at": p.start, "ends_at": p.end,
                               "revision": 0, "rated_at": None, "finalized_at": None}
-            cur = cur.replace(year=cur.year + (cur.month == 12), month=cur.month % 12 + 1)
+            year, month_no = next_month(cur.year, cur.month)
+            cur = cur.replace(year=year, month=month_no)
     return [out[m] for m in sorted(out, reverse=True)]
 
 

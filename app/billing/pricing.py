@@ -12,12 +12,12 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from app.core.errors import FieldError, Invalid
+from app.core.timeutil import SECONDS_PER_HOUR
 from app.metrics.types import ModelEnergy
 from app.policy.document import GpuPrice, Pricing
 
 HOURS_PER_YEAR = Decimal(8760)
 WATT_HOURS_PER_KWH = Decimal(1000)
-ZERO = Decimal(0)
 
 # ISO 4217 currencies without minor units; every other currency rounds to cents (the MONEY column
 # stores two decimals, so three-decimal currencies are rounded to cents as well).
@@ -38,7 +38,7 @@ def describe_hours(hours: Iterable[int]) -> str:
     ordered = sorted(set(hours))
     runs: list[list[int]] = []
     for h in ordered:
-        if runs and h == runs[-1][1] + 3600:
+        if runs and h == runs[-1][1] + SECONDS_PER_HOUR:
             runs[-1][1] = h
         else:
             runs.append([h, h])
@@ -88,17 +88,6 @@ def default_hour_kwh(price: GpuPrice) -> Decimal:
     return price.default_power_watts / WATT_HOURS_PER_KWH
 
 
-def gpu_hour_cost(price: GpuPrice, pricing: Pricing, *, kwh: Decimal | None = None) -> Decimal:
-    """Cost of one GPU for one hour; `kwh` measured, or None for `default_power_watts`."""
-    energy = default_hour_kwh(price) if kwh is None else kwh
-    return fixed_hour_cost(price) + energy * pricing.pue * pricing.energy_price_per_kwh
-
-
-def model_hour_kwh(m: ModelEnergy, price: GpuPrice) -> Decimal:
-    """kWh of one model's GPUs in a pool-hour: measured ones as read, the rest at default watts."""
-    return m.measured_kwh + (m.gpus - m.measured_gpus) * default_hour_kwh(price)
-
-
 @dataclass(frozen=True)
 class PriceSheet:
     """Per-version constants precomputed once, so rating a pool-hour is a few multiplications."""
@@ -119,18 +108,3 @@ class PriceSheet:
         """Cost of one model's GPUs in one pool-hour; KeyError when the model has no price."""
         kwh = m.measured_kwh + (m.gpus - m.measured_gpus) * self.default_kwh[m.model]
         return m.gpus * self.fixed[m.model] + kwh * self.energy_cost_per_kwh
-
-
-def pool_hour_cost(models: Iterable[ModelEnergy], pricing: Pricing, *, hour: int | None = None) -> Decimal:
-    """C for one pool-hour: the sum over its GPU models; raises MissingPrice naming unpriced models."""
-    sheet = PriceSheet.of(pricing)
-    total = ZERO
-    missing: dict[str, list[int]] = {}
-    for m in models:
-        if m.model not in sheet.fixed:
-            missing.setdefault(m.model, []).extend([] if hour is None else [hour])
-            continue
-        total += sheet.model_cost(m)
-    if missing:
-        raise MissingPrice(missing)
-    return total

@@ -25,20 +25,22 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Context, Decimal, Inexact, InvalidOperation, localcontext
 
 from app.billing.pricing import MissingPrice, PriceSheet, cents
+from app.billing.rating_sums import Credit, LineSums, PoolCost, TenantUse, UnpooledSums, UsageSums
 from app.billing.types import (
     PLATFORM, ChargeLine, LineKind, RatingHour, RatingResult, TenantUsage, UnattributedBreach, Unpooled, UnpooledUse,
 )
 from app.core.errors import FieldError, Invalid
+from app.core.timeutil import SECONDS_PER_HOUR
 from app.metrics.attribution import UNPOOLED
+from app.metrics.types import ModelEnergy
 from app.policy.document import UNALLOCATED, PolicyDocument, Pricing
 
-__all__ = ["CurrencyMismatch", "MissingPrice", "RatingInputError", "rate_period"]
+__all__ = ["CurrencyMismatch", "MissingPrice", "RatingInputError", "pool_costs", "rate_period"]
 
 PRECISION = 60
 EXACT = Decimal("1e-20")
 RATE = Decimal("1e-36")
 QUANTITY = Decimal("0.000001")
-SECONDS_PER_HOUR = Decimal(3600)
 ZERO = Decimal(0)
 ONE = Decimal(1)
 
@@ -112,6 +114,26 @@ class _Version:
         )
 
 
+def _hour_cost(sheet: PriceSheet, models: Iterable[ModelEnergy]) -> Decimal:
+    """C of one pool-hour, exact at 1e-20 (so a period's sum does not depend on the order of hours)."""
+    cost = ZERO
+    for m in models:
+        cost += sheet.model_cost(m)
+    return cost.quantize(EXACT)
+
+
+def pool_costs(pool_hours: Iterable[tuple[str, PriceSheet, Iterable[ModelEnergy]]], *, currency: str) -> dict[str, Decimal]:
+    """C per pool over (pool, price sheet, models) hours, priced and rounded as `rate_period`'s cost_by_pool."""
+    with localcontext() as ctx:
+        ctx.prec = PRECISION
+        ctx.rounding = ROUND_HALF_EVEN
+        sums: dict[str, Decimal] = {}
+        for pool, sheet, models in pool_hours:
+            sums[pool] = sums.get(pool, ZERO) + _hour_cost(sheet, models)
+        cent = cents(currency)
+        return {pool: cost.quantize(cent) for pool, cost in sorted(sums.items())}
+
+
 def rate_period(hours: Iterable[RatingHour], *, period_start: int, period_end: int) -> RatingResult:
     """Rate the pool-hours of one period [period_start, period_end) into lines, usage and pool costs."""
     with localcontext() as ctx:
@@ -129,24 +151,19 @@ class _Segment:
     __slots__ = ("rows", "lines")
 
     def __init__(self) -> None:
-        # (tenant, klass, dark) -> [GPU-s, amount, activity x 1e9 (int: order-free sums), samples, first hour, last hour]
-        self.rows: dict[tuple[str, str, bool], list] = {}
-        # (account, kind, klass, service) -> [quantity (GPU-s or minutes), amount, first hour, last hour]
-        self.lines: dict[tuple[str, str, str, str], list] = {}
+        self.rows: dict[tuple[str, str, bool], UsageSums] = {}  # (tenant, klass, dark)
+        self.lines: dict[tuple[str, str, str, str], LineSums] = {}  # (account, kind, klass, service)
 
     def add(self, key: tuple[str, str, str, str], quantity: Decimal, amount: Decimal, first: int, last: int | None = None) -> None:
         """Fold an amount covering hours first..last (default: the one hour) into a line."""
         last = first if last is None else last
         a = self.lines.get(key)
         if a is None:
-            self.lines[key] = [quantity, amount, first, last]
+            self.lines[key] = LineSums(first, last, quantity, amount)
             return
-        a[0] += quantity
-        a[1] += amount
-        if first < a[2]:
-            a[2] = first
-        if last > a[3]:
-            a[3] = last
+        a.quantity += quantity
+        a.amount += amount
+        a.cover(first, last)
 
 
 _CLASSES = frozenset({INFERENCE, TRAINING, PREPROCESSING, UNALLOCATED})
@@ -161,15 +178,14 @@ class _Rater:
         self.currency: tuple[str, int] | None = None  # (currency, first version that used it)
         self.seen: set[tuple[int, str]] = set()
         self.segments: dict[tuple[str, int], _Segment] = {}  # (pool, version)
-        self.cost: dict[str, list] = {}  # pool -> [C, first hour, last hour, version of last hour]
-        # (pool, service, version) -> [service tenant, attributed minutes, first hour, last hour]
-        self.credits: dict[tuple[str, str, int], list] = {}
+        self.cost: dict[str, PoolCost] = {}  # pool -> C
+        self.credits: dict[tuple[str, str, int], Credit] = {}  # (pool, service, version)
         self.unattributed: list[UnattributedBreach] = []
         self.covers: dict[tuple[int, str, Decimal], dict[str, Decimal]] = {}  # (version, pool, S) -> tenant -> cover
         self.missing: dict[str, list[int]] = {}
         self.missing_versions: dict[str, set[int]] = {}
-        # nodes no pool names: [pool-hours, max GPUs, capacity GPU-s], and (tenant, klass) -> micro-GPU-s
-        self.unpooled = [0, 0, ZERO]
+        # nodes no pool names: capacity, and (tenant, klass) -> micro-GPU-s
+        self.unpooled = UnpooledSums()
         self.unpooled_use: dict[tuple[str, str], int] = {}
 
     def _version(self, h: RatingHour) -> _Version:
@@ -217,19 +233,16 @@ class _Rater:
                 self.missing.setdefault(model, []).append(hour)
                 self.missing_versions.setdefault(model, set()).add(v.number)
             return
-        cost = ZERO
-        for m in h.models:
-            cost += v.sheet.model_cost(m)
-        cost = cost.quantize(EXACT)
+        cost = _hour_cost(v.sheet, h.models)
         c = self.cost.get(pool)
         if c is None:
-            self.cost[pool] = [cost, hour, hour, v.number]
+            self.cost[pool] = PoolCost(hour, hour, cost, v.number)
         else:
-            c[0] += cost
-            if hour < c[1]:
-                c[1] = hour
-            if hour > c[2]:
-                c[2], c[3] = hour, v.number
+            c.cost += cost
+            if hour < c.first:
+                c.first = hour
+            if hour > c.last:
+                c.last, c.version = hour, v.number
         seg = self.segments.get((pool, v.number))
         if seg is None:
             seg = self.segments[(pool, v.number)] = _Segment()
@@ -290,30 +303,30 @@ class _Rater:
                 key = (tenant, klass, dark)
                 a = rows.get(key)
                 if a is None:
-                    a = rows[key] = [0, 0, 0, 0, hour, hour]
-                elif hour > a[5]:
-                    a[5] = hour
-                elif hour < a[4]:
-                    a[4] = hour
-                a[0] += gs
+                    a = rows[key] = UsageSums(hour, hour)
+                elif hour > a.last:
+                    a.last = hour
+                elif hour < a.first:
+                    a.first = hour
+                a.gpu_seconds += gs
                 used += gs
-                a[2] += activity
-                a[3] += samples
+                a.activity += activity
+                a.samples += samples
                 if klass == INFERENCE:
                     inference[tenant] = inference.get(tenant, 0) + gs
                 elif dark:
                     dark_used += gs
-                    a[1] += gs * dark_rate
+                    a.amount += gs * dark_rate
                 else:
-                    a[1] += gs * rate
+                    a.amount += gs * rate
         return _seconds(used), _seconds(dark_used), {t: _seconds(gs) for t, gs in inference.items()}
 
     def _unpooled(self, h: RatingHour, where: str) -> None:
         """GPUs on nodes the policy does not know: count capacity and use, price nothing, never refuse."""
         acc = self.unpooled
-        acc[0] += 1
-        acc[1] = max(acc[1], h.gpus)
-        acc[2] += h.capacity_gpu_seconds
+        acc.hours += 1
+        acc.max_gpus = max(acc.max_gpus, h.gpus)
+        acc.capacity += h.capacity_gpu_seconds
         for usage in (self._micro(h, where), h.micro_usage) if h.usage else (h.micro_usage,):
             for row in usage:
                 r_hour, r_pool, tenant, klass, _dark, gs = row[:6]
@@ -370,12 +383,12 @@ class _Rater:
         ck = (h.pool, b.service, v.number)
         c = self.credits.get(ck)
         if c is None:
-            self.credits[ck] = [b.service_tenant, 1, h.hour, h.hour]
+            self.credits[ck] = Credit(h.hour, h.hour, b.service_tenant, 1)
             return
-        if c[0] != b.service_tenant:
-            raise RatingInputError(f"{where}.service_tenant", f"service {b.service!r} is credited to both {c[0]!r} and {b.service_tenant!r}")
-        c[1] += 1
-        c[2], c[3] = min(c[2], h.hour), max(c[3], h.hour)
+        if c.tenant != b.service_tenant:
+            raise RatingInputError(f"{where}.service_tenant", f"service {b.service!r} is credited to both {c.tenant!r} and {b.service_tenant!r}")
+        c.minutes += 1
+        c.cover(h.hour, h.hour)
 
     def finish(self) -> RatingResult:
         """Round each line once, add the credits and rounding lines, and sort deterministically."""
@@ -386,23 +399,27 @@ class _Rater:
         lines: list[ChargeLine] = []
         charged: dict[str, Decimal] = {}  # pool -> sum of rounded charge and balance lines
         penalties: dict[tuple[str, str, int], Decimal] = {}  # (pool, service, version) -> sum of rounded penalties
-        usage: dict[tuple[str, str, str], list] = {}  # (tenant, pool, klass) -> [busy GPU-s, dark GPU-s, activity, samples]
+        usage: dict[tuple[str, str, str], TenantUse] = {}  # (tenant, pool, klass)
         for (pool, version), seg in self.segments.items():
-            for (tenant, klass, dark), (gs, amount, activity, samples, first, last) in seg.rows.items():
-                gs, amount = _seconds(gs), _amount(amount)
+            for (tenant, klass, dark), row in seg.rows.items():
+                gs, amount, first, last = _seconds(row.gpu_seconds), _amount(row.amount), row.first, row.last
                 u = usage.get((tenant, pool, klass))
                 if u is None:
-                    u = usage[(tenant, pool, klass)] = [ZERO, ZERO, 0, 0]
-                u[1 if dark else 0] += gs
-                u[2] += activity
-                u[3] += samples
+                    u = usage[(tenant, pool, klass)] = TenantUse()
+                if dark:
+                    u.dark += gs
+                else:
+                    u.busy += gs
+                u.activity += row.activity
+                u.samples += row.samples
                 if klass == INFERENCE:
                     continue  # billed through lines 1 and 2, per hour
                 if klass == UNALLOCATED:  # one platform line, whatever namespaces and busy/dark it came from
                     seg.add((PLATFORM, LineKind.UNALLOCATED, UNALLOCATED, ""), gs, amount, first, last)
                 else:
-                    seg.lines[(tenant, LineKind.USAGE_DARK if dark else LineKind.USAGE_BUSY, klass, "")] = [gs, amount, first, last]
-            for (account, kind, klass, service), (qty, amount, first, last) in seg.lines.items():
+                    seg.lines[(tenant, LineKind.USAGE_DARK if dark else LineKind.USAGE_BUSY, klass, "")] = LineSums(first, last, gs, amount)
+            for (account, kind, klass, service), line in seg.lines.items():
+                qty, amount, first, last = line.quantity, line.amount, line.first, line.last
                 rounded = amount.quantize(EXACT).quantize(cent)
                 if kind == LineKind.SLA_PENALTY:
                     quantity, unit = qty.quantize(QUANTITY), BREACH_MINUTE
@@ -410,21 +427,23 @@ class _Rater:
                 else:
                     quantity, unit = (qty / SECONDS_PER_HOUR).quantize(QUANTITY), GPU_HOUR
                     charged[pool] = charged.get(pool, ZERO) + rounded
-                lines.append(ChargeLine(account, pool, kind, klass, version, first, last + 3600, quantity, unit, rounded, service))
+                lines.append(ChargeLine(account, pool, kind, klass, version, first, last + SECONDS_PER_HOUR, quantity, unit, rounded, service))
 
-        for (pool, service, version), (tenant, minutes, first, last) in self.credits.items():
+        for (pool, service, version), credit in self.credits.items():
+            tenant, minutes, first, last = credit.tenant, credit.minutes, credit.first, credit.last
             # the credit mirrors the rounded penalties exactly, so transfers net to zero to the cent
             amount = -penalties[(pool, service, version)]
             klass = self.versions[version].klass.get(tenant, INFERENCE)
-            lines.append(ChargeLine(tenant, pool, LineKind.SLA_CREDIT, klass, version, first, last + 3600, Decimal(minutes), BREACH_MINUTE, amount, service))
+            lines.append(ChargeLine(tenant, pool, LineKind.SLA_CREDIT, klass, version, first, last + SECONDS_PER_HOUR, Decimal(minutes), BREACH_MINUTE, amount, service))
 
         # one rounding line per pool for the whole period (conservation is per pool-month), under the
         # version of the pool's last hour
         cost_by_pool: dict[str, Decimal] = {}
-        for pool, (cost, first, last, version) in sorted(self.cost.items()):
+        for pool, c in sorted(self.cost.items()):
+            cost, first, last, version = c.cost, c.first, c.last, c.version
             total = cost_by_pool[pool] = cost.quantize(cent)
             residue = total - charged.get(pool, ZERO)
-            lines.append(ChargeLine(PLATFORM, pool, LineKind.ROUNDING, "", version, first, last + 3600, ZERO.quantize(QUANTITY), GPU_HOUR, residue))
+            lines.append(ChargeLine(PLATFORM, pool, LineKind.ROUNDING, "", version, first, last + SECONDS_PER_HOUR, ZERO.quantize(QUANTITY), GPU_HOUR, residue))
 
         lines.sort(key=lambda x: (x.account, x.pool, x.kind, x.klass, x.service, x.policy_version, x.charge_start))
         tenant_usage = [
@@ -432,14 +451,15 @@ class _Rater:
                 tenant=tenant,
                 pool=pool,
                 klass=klass,
-                busy_gpu_hours=(busy / SECONDS_PER_HOUR).quantize(QUANTITY),
-                dark_gpu_hours=(dark / SECONDS_PER_HOUR).quantize(QUANTITY),
-                efficiency=(activity / (samples * 1_000_000_000)) if samples else None,
+                busy_gpu_hours=(u.busy / SECONDS_PER_HOUR).quantize(QUANTITY),
+                dark_gpu_hours=(u.dark / SECONDS_PER_HOUR).quantize(QUANTITY),
+                efficiency=(u.activity / (u.samples * 1_000_000_000)) if u.samples else None,
+                activity_samples=u.samples,
             )
-            for (tenant, pool, klass), (busy, dark, activity, samples) in sorted(usage.items())
+            for (tenant, pool, klass), u in sorted(usage.items())
         ]
         unattributed = sorted(self.unattributed, key=lambda u: (u.pool, u.service, u.minute_end))
-        hours, max_gpus, capacity = self.unpooled
+        hours, max_gpus, capacity = self.unpooled.hours, self.unpooled.max_gpus, self.unpooled.capacity
         unpooled = Unpooled(
             hours=hours, max_gpus=max_gpus, capacity_gpu_hours=(capacity / SECONDS_PER_HOUR).quantize(QUANTITY),
             usage=tuple(

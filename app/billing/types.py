@@ -88,6 +88,7 @@ class TenantUsage:
     busy_gpu_hours: Decimal
     dark_gpu_hours: Decimal
     efficiency: float | None  # mean engine activity over occupied samples, None when unmeasured
+    activity_samples: int = 0  # the occupied samples `efficiency` is the mean over (its weight)
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,15 @@ from decimal import Decimal
 from sqlalchemy import func, select
 from sqlmodel import Session
 
+from app.billing.efficiency import mean_activity
 from app.core.errors import FieldError, Invalid
-from app.core.timeutil import aware, floor_hour
+from app.core.timeutil import SECONDS_PER_HOUR, aware, floor_hour
 from app.metrics.models import IngestHour, UsageRollup
 from app.policy.models import PolicyVersion
 
 GROUPS = ("tenant", "pool", "class", "department")
 MAX_RANGE = timedelta(days=400)
 HOURS = Decimal("0.000001")
-SECONDS_PER_HOUR = Decimal(3600)
 
 
 def usage_summary(
@@ -61,7 +61,7 @@ def usage_summary(
             "busy_gpu_hours": (busy / SECONDS_PER_HOUR).quantize(HOURS),
             "dark_gpu_hours": (dark / SECONDS_PER_HOUR).quantize(HOURS),
             "gpu_hours": ((busy + dark) / SECONDS_PER_HOUR).quantize(HOURS),
-            "efficiency": round(activity / samples, 4) if samples else None,
+            "efficiency": mean_activity(activity, samples),
         }
         for key, (busy, dark, activity, samples) in sorted(groups.items())
     ]
@@ -72,7 +72,7 @@ def usage_summary(
             .group_by(IngestHour.status)
         ).all()
     )
-    expected = int((end - start).total_seconds() // 3600)
+    expected = int((end - start).total_seconds() // SECONDS_PER_HOUR)
     return {
         "start": start,
         "end": end,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-HOUR = timedelta(hours=1)
+SECONDS_PER_HOUR = 3600  # the one definition; rollup hours are epoch seconds on multiples of it
+HOUR = timedelta(seconds=SECONDS_PER_HOUR)
 
 
 def utcnow() -> datetime:

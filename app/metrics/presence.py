@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
+from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S
 from app.metrics.types import SourceBatch
 
-HOUR_S = 3600
 LOOKBACK_HOURS = 3
 TAIL = "299999ms"  # "alive at the hour's end": a sample in its last 5 minutes
 

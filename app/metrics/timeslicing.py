@@ -13,9 +13,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from fractions import Fraction
 
+from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S
 from app.metrics.types import OccupancySeries
 
-HOUR_S = 3600
 
 
 def split_time_sliced(series: list[tuple[OccupancySeries, dict[int, int]]], holders: dict[int, dict[tuple, float]], *,

@@ -131,7 +131,7 @@ def price_impact(*, session: Session, base: PolicyDocument, doc: PolicyDocument,
     from app.billing.loader import load_hours
     from app.billing.periods import parse_period
     from app.billing.rating import rate_period
-    from app.billing.types import LineKind
+    from app.billing.totals import account_totals
 
     period = parse_period(month or previous_month(), field_path="month")
     hours = list(load_hours(session=session, start=period.start, end=period.end))
@@ -147,14 +147,7 @@ def price_impact(*, session: Session, base: PolicyDocument, doc: PolicyDocument,
         out["error"] = exc.detail
         return out
 
-    def totals(result) -> dict[str, Any]:
-        sums: dict[str, Any] = {}
-        for line in result.lines:
-            if line.kind in LineKind.CHARGES or line.kind in LineKind.TRANSFERS:
-                sums[line.account] = sums.get(line.account, 0) + line.amount
-        return sums
-
-    before, after = totals(as_billed), totals(as_proposed)
+    before, after = account_totals(as_billed.lines), account_totals(as_proposed.lines)
     for account in sorted(set(before) | set(after)):
         old, new = before.get(account, 0), after.get(account, 0)
         out["tenants"].append({"tenant": account, "before": str(old), "after": str(new), "delta": str(new - old)})

@@ -12,7 +12,8 @@ from starlette.responses import RedirectResponse, Response
 
 from app.auth.deps import CurrentUser, Principal, require_roles
 from app.billing import exports, periods
-from app.billing.invoices import invoice_summaries, load_view, platform_statement, rated_period, tenant_invoice
+from app.billing.invoices import invoice_summaries, load_view, platform_statement, tenant_invoice
+from app.billing.period import get_period, parse_period, rated_period, require_started
 from app.billing.models import PeriodStatus
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
@@ -38,9 +39,9 @@ def billing_periods(request: Request, session: SessionDep, user: CurrentUser) ->
 
 @router.get("/billing/{period}")
 def billing_period(request: Request, period: str, session: SessionDep, user: CurrentUser) -> Response:
-    p = periods.parse_period(period)
-    periods.require_started(p)
-    row = periods.get_period(session=session, month=p.month)
+    p = parse_period(period)
+    require_started(p)
+    row = get_period(session=session, month=p.month)
     context = {
         "title": f"Billing {p.month}",
         "month": p.month,

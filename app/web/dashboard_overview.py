@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from app.auth.deps import CurrentUser, Principal
 from app.billing.loader import DocumentCache
-from app.billing.models import BillingPeriod
+from app.billing.period import periods_fingerprint
 from app.core.deps import SessionDep
 from app.metrics.models import IngestHour
 from app.policy.models import PolicyVersion
@@ -73,8 +73,7 @@ _CACHE: dict[tuple, tuple[float, dict]] = {}
 def data_version(session: Session) -> tuple:
     """A cheap fingerprint of everything the overview aggregates."""
     ingest = session.exec(select(func.max(IngestHour.ingested_at), func.count()).select_from(IngestHour)).one()
-    billing = session.exec(select(func.sum(BillingPeriod.revision), func.count(), func.max(BillingPeriod.finalized_at))
-                           .select_from(BillingPeriod)).one()
+    billing = periods_fingerprint(session=session)
     policy = session.exec(select(func.max(PolicyVersion.id))).one()
     return (*ingest, *billing, policy)
 

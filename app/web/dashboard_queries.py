@@ -15,10 +15,10 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import case, func
 from sqlmodel import Session, col, select
 
-from app.core.timeutil import aware
+from app.core.timeutil import SECONDS_PER_HOUR as HOUR_SECONDS, aware
 from app.metrics.models import IngestHour, PoolHourRollup, UsageRollup
 from app.metrics.quality import FindingsSummary, findings_summary
-from app.web.queries import HOUR_SECONDS, DateRange
+from app.web.queries import DateRange
 
 ZERO = Decimal(0)
 CLASSES = ("inference", "training", "preprocessing", "unallocated")

@@ -10,20 +10,17 @@ from decimal import Decimal
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from app.billing.models import BillingPeriod, ChargeLineRecord, PeriodStatus, PoolCostRecord, UnattributedBreachRecord
-from app.billing.pricing import PriceSheet
+from app.billing.models import BillingPeriod, ChargeLineRecord, PeriodStatus, UnattributedBreachRecord
+from app.billing.fleet_cost import fleet_cost
 from app.billing.types import LineKind
-from app.core.errors import NotFound
-from app.core.timeutil import aware
+from app.core.timeutil import SECONDS_PER_HOUR, aware
 from app.metrics.models import (
     BreachMinuteRollup,
     BreachShare,
-    PoolHourModel,
     PoolHourRollup,
     SlaUnresolvedHour,
     UsageRollup,
 )
-from app.metrics.types import ModelEnergy
 from app.policy.document import PolicyDocument
 from app.web.dashboard_queries import ZERO, DayOf, day_column, days_of
 from app.web.queries import DateRange
@@ -161,7 +158,7 @@ def breach_minutes(*, session: Session, period: DateRange, service: str, tenants
 class MonthCost:
     month: str
     cost: Decimal | None  # C over the month's ingested hours
-    source: str  # "rated" (stored pool costs) | "computed" (pricing over pool_hour_model) | "none"
+    source: str  # FleetCost.source: "rated" | "computed" | "unpriced" | "none"
     capacity_hours: Decimal
     used_hours: Decimal
     currency: str = "USD"
@@ -172,43 +169,16 @@ class MonthCost:
 
 
 def month_cost(*, session: Session, month: str, start: datetime, end: datetime, docs) -> MonthCost:
-    """Fleet cost C and utilisation of one month: the rated period's pool costs, else priced from the rollups."""
+    """Fleet cost C (billing's one definition) and utilisation of one month."""
     capacity = session.exec(
         select(func.sum(PoolHourRollup.capacity_gpu_seconds)).where(PoolHourRollup.hour >= start, PoolHourRollup.hour < end)
     ).one()
     used = session.exec(
         select(func.sum(UsageRollup.gpu_seconds)).where(UsageRollup.hour >= start, UsageRollup.hour < end)
     ).one()
-    cap_h, used_h = Decimal(capacity or 0) / 3600, Decimal(used or 0) / 3600
-    period = session.exec(select(BillingPeriod).where(BillingPeriod.month == month)).first()
-    if period is not None and period.status != PeriodStatus.OPEN:
-        total = session.exec(select(func.sum(PoolCostRecord.cost)).where(PoolCostRecord.period_id == period.id)).one()
-        return MonthCost(month, Decimal(total or 0), "rated", cap_h, used_h, period.currency)
-    rows = session.exec(
-        select(PoolHourModel.model, PoolHourRollup.policy_version_id, func.sum(PoolHourModel.gpus),
-               func.sum(PoolHourModel.measured_gpus), func.sum(PoolHourModel.measured_kwh))
-        .join(PoolHourRollup, (PoolHourRollup.hour == PoolHourModel.hour) & (PoolHourRollup.pool == PoolHourModel.pool))
-        .where(PoolHourModel.hour >= start, PoolHourModel.hour < end)
-        .group_by(PoolHourModel.model, PoolHourRollup.policy_version_id)
-    ).all()
-    if not rows:
-        return MonthCost(month, None, "none", cap_h, used_h)
-    # Cost is linear in GPU-hours and kWh, so summing per (model, version) before pricing is exact.
-    total = ZERO
-    currency = "USD"
-    sheets: dict[int, PriceSheet] = {}
-    for model, version_id, gpus, measured, kwh in rows:
-        try:
-            doc = docs.get(version_id)
-        except (ValueError, NotFound):  # an unreadable version: rating reports it; the overview shows what it can
-            continue
-        currency = doc.pricing.currency
-        sheet = sheets.get(version_id) or sheets.setdefault(version_id, PriceSheet.of(doc.pricing))
-        if model not in sheet.fixed:
-            continue  # rating reports the missing price; the overview shows what it can
-        total += sheet.model_cost(ModelEnergy(model=model, gpus=int(gpus), measured_gpus=int(measured),
-                                              measured_kwh=Decimal(kwh or 0)))
-    return MonthCost(month, total, "computed", cap_h, used_h, currency)
+    cap_h, used_h = Decimal(capacity or 0) / SECONDS_PER_HOUR, Decimal(used or 0) / SECONDS_PER_HOUR
+    c = fleet_cost(session=session, month=month, start=start, end=end, docs=docs)
+    return MonthCost(month, c.cost, c.source, cap_h, used_h, c.currency)
 
 
 def breach_minutes_by_service(*, session: Session, start: datetime, end: datetime) -> dict[str, int]:

@@ -10,8 +10,8 @@ from decimal import Decimal
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from app.billing.models import BillingPeriod, ChargeLineRecord, PeriodStatus
-from app.billing.types import LineKind
+from app.billing.efficiency import mean_activity
+from app.billing.totals import has_lines
 from app.policy.document import PolicyDocument
 from app.core.timeutil import aware
 from app.web.dashboard_queries import ZERO, DayOf, days_of, hours
@@ -28,7 +28,7 @@ class TenantRow:
     dark_hours: Decimal
     efficiency: float | None  # mean engine activity over occupied samples
     previous_hours: Decimal  # the same number of days just before the range
-    spend: Decimal | None  # rated lines of `spend_month`; None when that month is not rated
+    spend: Decimal | None  # the tenant's total of the spend month; None when that month is not rated
     daily: list[Decimal]  # GPU-hours per day of the range (sparkline)
 
     @property
@@ -48,22 +48,8 @@ def month_of(day: date) -> str:
     return f"{day.year:04d}-{day.month:02d}"
 
 
-def spend_by_tenant(*, session: Session, month: str) -> dict[str, Decimal] | None:
-    """Each account's total of one rated month's lines (charges and SLA transfers); None if not rated."""
-    period = session.exec(select(BillingPeriod).where(BillingPeriod.month == month)).first()
-    if period is None or period.status == PeriodStatus.OPEN:
-        return None
-    kinds = list(LineKind.CHARGES + LineKind.TRANSFERS)
-    rows = session.exec(
-        select(ChargeLineRecord.account, func.sum(ChargeLineRecord.amount))
-        .where(ChargeLineRecord.period_id == period.id, col(ChargeLineRecord.kind).in_(kinds))
-        .group_by(ChargeLineRecord.account)
-    )
-    return {account: Decimal(total or 0) for account, total in rows}
-
-
 def tenant_rows(
-    *, session: Session, period: DateRange, tenants: frozenset[str] | None, spend_month: str
+    *, session: Session, period: DateRange, tenants: frozenset[str] | None, spend: dict[str, Decimal] | None
 ) -> list[TenantRow]:
     """One row per tenant with use in the range or the range before it (unsorted)."""
     if tenants is not None and not tenants:
@@ -97,9 +83,8 @@ def tenant_rows(
         i = index.get(day_of(hour))
         if i is not None:
             a["daily"][i] += h
-    spend = spend_by_tenant(session=session, month=spend_month)
     return [
-        TenantRow(tenant=t, gpu_hours=a["hours"], dark_hours=a["dark"], efficiency=a["act"] / a["n"] if a["n"] else None,
+        TenantRow(tenant=t, gpu_hours=a["hours"], dark_hours=a["dark"], efficiency=mean_activity(a["act"], a["n"]),
                   previous_hours=a["prev"], spend=None if spend is None else spend.get(t, ZERO), daily=a["daily"])
         for t, a in acc.items()
     ]
@@ -149,37 +134,7 @@ def tenant_known(*, session: Session, tenant: str, doc: PolicyDocument | None) -
         return True
     if session.exec(select(UsageRollup.id).where(UsageRollup.tenant == tenant).limit(1)).first() is not None:
         return True
-    return session.exec(select(ChargeLineRecord.id).where(ChargeLineRecord.account == tenant).limit(1)).first() is not None
-
-
-@dataclass
-class InvoiceRow:
-    month: str
-    status: str
-    total: Decimal
-    penalties_paid: Decimal
-    credits_received: Decimal  # positive: what the tenant was credited
-
-
-def tenant_invoices(*, session: Session, tenant: str) -> list[InvoiceRow]:
-    """Every rated period's total for one tenant, newest first, with SLA penalties paid and credits received."""
-    rows = session.exec(
-        select(BillingPeriod.month, BillingPeriod.status, ChargeLineRecord.kind, func.sum(ChargeLineRecord.amount))
-        .join(BillingPeriod, BillingPeriod.id == ChargeLineRecord.period_id)
-        .where(ChargeLineRecord.account == tenant, BillingPeriod.status != PeriodStatus.OPEN,
-               col(ChargeLineRecord.kind).in_(list(LineKind.CHARGES + LineKind.TRANSFERS)))
-        .group_by(BillingPeriod.month, BillingPeriod.status, ChargeLineRecord.kind)
-    )
-    out: dict[str, InvoiceRow] = {}
-    for month, status, kind, amount in rows:
-        row = out.setdefault(month, InvoiceRow(month, status, ZERO, ZERO, ZERO))
-        amount = Decimal(amount or 0)
-        row.total += amount
-        if kind == LineKind.SLA_PENALTY:
-            row.penalties_paid += amount
-        elif kind == LineKind.SLA_CREDIT:
-            row.credits_received -= amount
-    return sorted(out.values(), key=lambda r: r.month, reverse=True)
+    return has_lines(session=session, account=tenant)
 
 
 @dataclass
@@ -188,10 +143,6 @@ class QuotaUse:
     guaranteed: int | None
     borrowing_limit: int | None
     peak_gpus: Decimal  # max over hours of GPU-seconds / 3600 in the pool
-
-    @property
-    def ceiling(self) -> int | None:
-        return None if self.guaranteed is None else self.guaranteed + (self.borrowing_limit or 0)
 
     @property
     def over_guarantee(self) -> bool:

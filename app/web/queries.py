@@ -11,9 +11,9 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from app.core.errors import FieldError, Invalid
+from app.core.timeutil import SECONDS_PER_HOUR
 from app.metrics.models import IngestHour, UsageRollup
 
-HOUR_SECONDS = Decimal(3600)
 MAX_RANGE_DAYS = 366
 
 
@@ -74,7 +74,7 @@ def gpu_hours_by_tenant_class(
     if tenants is not None:
         query = query.where(col(UsageRollup.tenant).in_(sorted(tenants)))
     rows = [
-        TenantClassHours(tenant=t, klass=k, gpu_hours=(Decimal(s) / HOUR_SECONDS).quantize(Decimal("0.001")))
+        TenantClassHours(tenant=t, klass=k, gpu_hours=(Decimal(s) / SECONDS_PER_HOUR).quantize(Decimal("0.001")))
         for t, k, s in session.exec(query)
     ]
     totals: dict[str, Decimal] = {}
@@ -99,7 +99,7 @@ class Coverage:
 def coverage(*, session: Session, period: DateRange, now: datetime) -> Coverage:
     """Ingestion coverage of `period` up to `now` (future hours are not counted as missing)."""
     end = min(period.end_utc, now.replace(minute=0, second=0, microsecond=0))
-    hours = max(0, int((end - period.start_utc).total_seconds() // 3600))
+    hours = max(0, int((end - period.start_utc).total_seconds() // SECONDS_PER_HOUR))
     counts = dict(
         session.exec(
             select(IngestHour.status, func.count())

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from app.auth.deps import CurrentUser
+from app.billing.totals import month_spend, tenant_history
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
 from app.web import dashboard_tenants as dt
@@ -34,7 +35,8 @@ def tenant_list(
 ) -> Response:
     rc = resolve(start, end)
     spend_month = dt.month_of(rc.period.end)
-    rows = dt.tenant_rows(session=session, period=rc.period, tenants=user.visible_tenants(), spend_month=spend_month)
+    spend = month_spend(session=session, month=spend_month, viewer=user)
+    rows = dt.tenant_rows(session=session, period=rc.period, tenants=user.visible_tenants(), spend=spend)
     shown = dt.sort_rows(rows, key=sort, descending=dir == "desc", needle=q)
     context = {
         "title": "Tenants",
@@ -77,7 +79,7 @@ def tenant_detail(
         "datasets": [{"label": "busy", "data": busy, "color": "#0072B2"},
                      {"label": "dark", "data": dark, "color": "#56B4E9"}],
     }
-    invoices = dt.tenant_invoices(session=session, tenant=tenant)
+    invoices = tenant_history(session=session, tenant=tenant, viewer=user)
     tenant_doc = doc.tenant(tenant) if doc else None
     context = {
         "title": f"Tenant {tenant}",

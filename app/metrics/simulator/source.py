@@ -12,13 +12,12 @@ from decimal import Decimal
 from itertools import accumulate
 
 from app.core.errors import Invalid
-from app.core.timeutil import epoch
+from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S, epoch
 from app.metrics.histograms import INF, VLLM_E2E_LATENCY_S, p99_bucket, quantile
 from app.metrics.simulator.workload import INFERENCE_PCT, NAMESPACES, PCT_CAP, SLOTS, SLOW_FROM_S
 from app.metrics.types import OCCUPANCY_METRICS, GpuEnergy, OccupancySeries, SeriesLabels, ServiceMinutes, SourceBatch
 from app.policy.document import PolicyDocument
 
-HOUR_S = 3600
 GPU_UTIL, GR_ENGINE_ACTIVE = OCCUPANCY_METRICS
 # The simulator's cumulative histogram on vLLM's boundaries: fast requests at or below 0.3 s, slow
 # ones in (0.5, 0.8] (series.py renders the same buckets).

@@ -13,12 +13,11 @@ from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 
-from app.core.timeutil import epoch
+from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S, epoch
 from app.metrics.simulator.source import service_for
 from app.metrics.simulator.workload import SLOT_S, SLOTS, SLOW
 from app.policy.document import UNALLOCATED
 
-HOUR_S = 3600
 MICRO = Decimal("0.000001")
 COLOCATED = ("training", "preprocessing")
 

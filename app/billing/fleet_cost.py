@@ -1,0 +1,68 @@
+"""Fleet cost C of any month: the rated period's stored pool costs, else the rollups priced by rating's own pricing."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy import func, select
+from sqlmodel import Session
+
+from app.billing.loader import DocumentCache
+from app.billing.models import PeriodStatus, PoolCostRecord
+from app.billing.period import get_period
+from app.billing.pricing import PriceSheet
+from app.billing.rating import pool_costs
+from app.core.errors import NotFound
+from app.metrics.models import PoolHourModel, PoolHourRollup
+from app.metrics.types import ModelEnergy
+
+DEFAULT_CURRENCY = "USD"
+
+
+@dataclass(frozen=True)
+class FleetCost:
+    """C over a month's hours; `source` says where it came from."""
+
+    cost: Decimal | None  # None: nothing ingested, or a GPU model without a price (rating would refuse too)
+    source: str  # "rated" (stored pool costs) | "computed" (rollups priced) | "unpriced" | "none"
+    currency: str = DEFAULT_CURRENCY
+
+
+def fleet_cost(*, session: Session, month: str, start: datetime, end: datetime, docs: DocumentCache) -> FleetCost:
+    """C of `month` over [start, end): what rating stored, else what rating would price (same pools, rounding)."""
+    period = get_period(session=session, month=month)
+    if period is not None and period.status != PeriodStatus.OPEN:
+        total = session.execute(select(func.sum(PoolCostRecord.cost)).where(PoolCostRecord.period_id == period.id)).scalar_one()
+        return FleetCost(Decimal(str(total or 0)), "rated", period.currency)
+    rows = session.execute(
+        select(PoolHourModel.hour, PoolHourModel.pool, PoolHourRollup.policy_version_id, PoolHourModel.model,
+               PoolHourModel.gpus, PoolHourModel.measured_gpus, PoolHourModel.measured_kwh)
+        .join(PoolHourRollup, (PoolHourRollup.hour == PoolHourModel.hour) & (PoolHourRollup.pool == PoolHourModel.pool))
+        .where(PoolHourModel.hour >= start, PoolHourModel.hour < end, PoolHourRollup.gpus > 0)
+    ).all()
+    if not rows:
+        return FleetCost(None, "none")
+    hours: dict[tuple, list[ModelEnergy]] = defaultdict(list)
+    for hour, pool, version_id, model, gpus, measured, kwh in rows:
+        hours[(hour, pool, version_id)].append(
+            ModelEnergy(model=model, gpus=gpus, measured_gpus=measured, measured_kwh=Decimal(str(kwh or 0)))
+        )
+    sheets: dict[int, PriceSheet] = {}
+    priced = []
+    currency = DEFAULT_CURRENCY
+    for (hour, pool, version_id), models in sorted(hours.items()):
+        try:
+            doc = docs.get(version_id)
+        except (ValueError, NotFound):  # an unreadable version: rating reports it; nothing to sign here
+            return FleetCost(None, "unpriced")
+        if doc.pool(pool) is None:
+            continue  # GPUs on nodes no pool names: shown, never priced (SPEC section 4)
+        sheet = sheets.get(version_id) or sheets.setdefault(version_id, PriceSheet.of(doc.pricing))
+        if any(m.model not in sheet.fixed for m in models):
+            return FleetCost(None, "unpriced", doc.pricing.currency)  # rating refuses the month: so does C
+        currency = doc.pricing.currency
+        priced.append((pool, sheet, sorted(models, key=lambda m: m.model)))
+    return FleetCost(sum(pool_costs(priced, currency=currency).values(), Decimal(0)), "computed", currency)

@@ -1,0 +1,81 @@
+"""The billing `Period` value type: a calendar month as UTC bounds, and reading the stored period row.
+
+Apart from `periods` (the lifecycle that rates, closes and corrects), so readers never import writers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import func, select
+from sqlmodel import Session
+
+from app.billing.models import BillingPeriod, PeriodStatus
+from app.core.errors import FieldError, Invalid, NotFound
+from app.core.settings import get_settings
+from app.core.timeutil import utcnow
+
+_PERIOD = re.compile(r"^(\d{4})-(\d{2})$")
+
+
+@dataclass(frozen=True)
+class Period:
+    """A calendar month in the billing timezone, as UTC instants [start, end)."""
+
+    month: str
+    start: datetime
+    end: datetime
+
+
+def month_name(year: int, month: int) -> str:
+    """"YYYY-MM" of a calendar month."""
+    return f"{year:04d}-{month:02d}"
+
+
+def next_month(year: int, month: int) -> tuple[int, int]:
+    """The calendar month after (year, month)."""
+    return year + (month == 12), month % 12 + 1
+
+
+def parse_period(value: str, *, field_path: str = "period") -> Period:
+    """Parse "YYYY-MM" into the month's UTC bounds in the configured billing timezone."""
+    match = _PERIOD.match(value or "")
+    if not match or not 1 <= int(match.group(2)) <= 12 or int(match.group(1)) < 1970:
+        raise Invalid(
+            f"{value!r} is not a billing period; use YYYY-MM, e.g. 2026-10",
+            [FieldError(field_path, "expected YYYY-MM with a month from 01 to 12")],
+        )
+    year, month = int(match.group(1)), int(match.group(2))
+    tz = get_settings().tz
+    start = datetime(year, month, 1, tzinfo=tz)
+    end = datetime(*next_month(year, month), 1, tzinfo=tz)
+    return Period(month=value, start=start.astimezone(UTC), end=end.astimezone(UTC))
+
+
+def require_started(period: Period) -> None:
+    """A month that has not begun has nothing to bill: 404."""
+    if period.start > utcnow():
+        raise NotFound(f"Billing period {period.month} has not started yet")
+
+
+def get_period(*, session: Session, month: str) -> BillingPeriod | None:
+    """The stored period row of a month, if any."""
+    return session.execute(select(BillingPeriod).where(BillingPeriod.month == month)).scalars().first()
+
+
+def periods_fingerprint(*, session: Session) -> tuple:
+    """Changes whenever a period is rated, re-rated, finalized or created (for caches of billing figures)."""
+    stmt = select(func.sum(BillingPeriod.revision), func.count(), func.max(BillingPeriod.finalized_at)).select_from(BillingPeriod)
+    return tuple(session.execute(stmt).one())
+
+
+def rated_period(*, session: Session, month: str) -> BillingPeriod:
+    """The stored period, or 404 when it is unknown, in the future or never rated."""
+    p = parse_period(month)
+    require_started(p)
+    row = get_period(session=session, month=p.month)
+    if row is None or row.status == PeriodStatus.OPEN:
+        raise NotFound(f"Billing period {p.month} has not been rated yet")
+    return row

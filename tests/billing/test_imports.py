@@ -1,0 +1,46 @@
+"""app/billing has no import cycle (module-level or local imports) and never imports the layers above it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+BILLING = Path(__file__).resolve().parents[2] / "app" / "billing"
+ABOVE = ("app.web", "app.api", "app.review")
+
+
+def _imports() -> dict[str, set[str]]:
+    out = {}
+    for path in BILLING.glob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module == "app.billing":
+                    names |= {f"app.billing.{a.name}" for a in node.names}
+                else:
+                    names.add(node.module)
+            elif isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+        out[f"app.billing.{path.stem}"] = names
+    return out
+
+
+def test_no_import_cycle_inside_billing():
+    graph = {m: {d for d in deps if d.startswith("app.billing.")} for m, deps in _imports().items()}
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, "import cycle: " + " -> ".join((*path, module))
+        if module in done:
+            return
+        for dep in graph.get(module, ()):
+            visit(dep, (*path, module))
+        done.add(module)
+
+    for module in graph:
+        visit(module, ())
+
+
+def test_billing_imports_nothing_above_it():
+    wrong = {(m, d) for m, deps in _imports().items() for d in deps if d.startswith(ABOVE)}
+    assert not wrong
