@@ -13,7 +13,7 @@ from app.core.db import unit_of_work
 from app.core.settings import Settings
 from app.core.timeutil import from_epoch
 from app.metrics.models import IngestHour, UsageRollup
-from app.metrics.prometheus import PrometheusSource
+from app.metrics.prometheus_source import PrometheusSource
 from app.metrics.worker import ingestion_health, pending_hours, run_worker
 from tests.metrics import scenario
 from tests.metrics.conftest import add_policy
