@@ -12,11 +12,11 @@ from sqlmodel import Session, col, select
 
 from app.billing.models import BillingPeriod, ChargeLineRecord, PeriodStatus
 from app.billing.types import LineKind
-from app.policy.document import PolicyDocument
 from app.core.timeutil import aware
-from app.web.dashboard_queries import ZERO, DayOf, days_of, hours
+from app.metrics.date_ranges import DateRange, DayOf, days_of
 from app.metrics.models import UsageRollup
-from app.web.queries import DateRange
+from app.metrics.usage_read import ZERO, hours
+from app.policy.document import PolicyDocument
 
 SORT_KEYS = ("tenant", "spend", "gpu_hours", "efficiency", "delta")
 

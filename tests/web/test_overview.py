@@ -9,7 +9,8 @@ import pytest
 
 from app.core.settings import get_settings
 from app.core.timeutil import utcnow
-from app.web import queries
+from app.metrics import usage_read
+from app.metrics.date_ranges import date_range
 from tests.auth.fixtures import make_user, sign_in
 from tests.web import builders
 
@@ -90,25 +91,25 @@ async def test_gaps_are_called_out(client, session, rollups):
 
 def test_query_is_exact_decimal_and_filters_tenants(session, rollups):
     tz = get_settings().tz
-    period = queries.date_range(None, None, today=utcnow().astimezone(tz).date(), tz=tz)
-    rows = queries.gpu_hours_by_tenant_class(session=session, period=period, tenants=None)
+    period = date_range(None, None, today=utcnow().astimezone(tz).date(), tz=tz)
+    rows = usage_read.gpu_hours_by_tenant_class(session=session, period=period, tenants=None)
     assert [(r.tenant, r.klass, r.gpu_hours) for r in rows] == [
         ("team-a", "inference", Decimal("6.000")), ("team-a", "training", Decimal("1.500")),
         ("team-b", "training", Decimal("3.000")),
     ]
-    only_b = queries.gpu_hours_by_tenant_class(session=session, period=period, tenants=frozenset({"team-b"}))
+    only_b = usage_read.gpu_hours_by_tenant_class(session=session, period=period, tenants=frozenset({"team-b"}))
     assert [r.tenant for r in only_b] == ["team-b"]
-    assert queries.gpu_hours_by_tenant_class(session=session, period=period, tenants=frozenset()) == []
+    assert usage_read.gpu_hours_by_tenant_class(session=session, period=period, tenants=frozenset()) == []
 
 
 def test_date_range_rules():
     tz = get_settings().tz
     today = date(2026, 11, 30)
-    default = queries.date_range(None, None, today=today, tz=tz)
+    default = date_range(None, None, today=today, tz=tz)
     assert (default.start, default.end) == (date(2026, 11, 1), today)
     assert (default.end_utc - default.start_utc) == timedelta(days=30)
     from app.core.errors import Invalid
 
     with pytest.raises(Invalid) as err:
-        queries.date_range(date(2025, 1, 1), today, today=today, tz=tz)
+        date_range(date(2025, 1, 1), today, today=today, tz=tz)
     assert err.value.errors[0].path == "query.end"
