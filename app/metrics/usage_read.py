@@ -258,6 +258,26 @@ def daily_usage(*, session: Session, period: DateRange, tenants: frozenset[str] 
     )
 
 
+def daily_gpu_hours_by_tenant(*, session: Session, period: DateRange,
+                              tenants: frozenset[str] | None) -> dict[str, list[Decimal]]:
+    """Exact GPU-hours per tenant and day of the range (the tenants page's sparklines)."""
+    days = days_of(period)
+    index = {d: i for i, d in enumerate(days)}
+    day_of = DayOf(period.tz)
+    out: dict[str, list[Decimal]] = {}
+    query = readable(
+        select(UsageRollup.hour, UsageRollup.tenant, func.sum(UsageRollup.gpu_seconds))
+        .where(UsageRollup.hour >= period.start_utc, UsageRollup.hour < period.end_utc)
+        .group_by(UsageRollup.hour, UsageRollup.tenant),
+        UsageRollup, tenants,
+    )
+    for hour, tenant, seconds in session.execute(query):
+        i = index.get(day_of(hour))
+        if i is not None:
+            out.setdefault(tenant, [ZERO] * len(days))[i] += hours(seconds)
+    return out
+
+
 @dataclass
 class DarkShare:
     pool_minutes: int

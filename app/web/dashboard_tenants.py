@@ -12,10 +12,9 @@ from sqlmodel import Session, col, select
 
 from app.billing.models import BillingPeriod, ChargeLineRecord, PeriodStatus
 from app.billing.types import LineKind
-from app.core.timeutil import aware
 from app.metrics.date_ranges import DateRange, DayOf, days_of
 from app.metrics.models import UsageRollup
-from app.metrics.usage_read import ZERO, hours
+from app.metrics.usage_read import ZERO, daily_gpu_hours_by_tenant, hours, usage_cells
 from app.policy.document import PolicyDocument
 
 SORT_KEYS = ("tenant", "spend", "gpu_hours", "efficiency", "delta")
@@ -69,34 +68,20 @@ def tenant_rows(
     if tenants is not None and not tenants:
         return []
     before = previous_range(period)
-    day_of = DayOf(period.tz)
-    query = (
-        select(UsageRollup.hour, UsageRollup.tenant, UsageRollup.dark, func.sum(UsageRollup.gpu_seconds),
-               func.sum(UsageRollup.activity_sum), func.sum(UsageRollup.activity_samples))
-        .where(UsageRollup.hour >= before.start_utc, UsageRollup.hour < period.end_utc)
-        .group_by(UsageRollup.hour, UsageRollup.tenant, UsageRollup.dark)
-    )
-    if tenants is not None:
-        query = query.where(col(UsageRollup.tenant).in_(sorted(tenants)))
-    days = days_of(period)
-    index = {d: i for i, d in enumerate(days)}
+    days = len(days_of(period))
     acc: dict[str, dict] = defaultdict(lambda: {"hours": ZERO, "dark": ZERO, "prev": ZERO, "act": 0.0, "n": 0,
-                                                "daily": [ZERO] * len(days)})
-    start = period.start_utc
-    for hour, tenant, is_dark, seconds, activity, samples in session.exec(query):
-        a = acc[tenant]
-        h = hours(seconds)
-        if aware(hour) < start:
-            a["prev"] += h
-            continue
-        a["hours"] += h
-        if is_dark:
-            a["dark"] += h
-        a["act"] += float(activity or 0)
-        a["n"] += int(samples or 0)
-        i = index.get(day_of(hour))
-        if i is not None:
-            a["daily"][i] += h
+                                                "daily": [ZERO] * days})
+    # GPU-hours as the invoice states them (usage_read.usage_cells); the sparkline's days are exact.
+    for cell in usage_cells(session=session, start=period.start_utc, end=period.end_utc, tenants=tenants):
+        a = acc[cell.tenant]
+        a["hours"] += cell.gpu_hours
+        a["dark"] += cell.dark_gpu_hours
+        a["act"] += cell.activity_sum
+        a["n"] += cell.activity_samples
+    for cell in usage_cells(session=session, start=before.start_utc, end=before.end_utc, tenants=tenants):
+        acc[cell.tenant]["prev"] += cell.gpu_hours
+    for tenant, daily in daily_gpu_hours_by_tenant(session=session, period=period, tenants=tenants).items():
+        acc[tenant]["daily"] = daily
     spend = spend_by_tenant(session=session, month=spend_month)
     return [
         TenantRow(tenant=t, gpu_hours=a["hours"], dark_hours=a["dark"], efficiency=a["act"] / a["n"] if a["n"] else None,
