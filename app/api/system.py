@@ -6,14 +6,7 @@ import logging
 import time
 
 from fastapi import APIRouter
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import BaseModel
 from sqlmodel import select
 from starlette.datastructures import MutableHeaders

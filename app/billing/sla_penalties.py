@@ -7,12 +7,7 @@ from decimal import Decimal
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from app.billing.models import (
-    BillingPeriod,
-    ChargeLineRecord,
-    PeriodStatus,
-    UnattributedBreachRecord,
-)
+from app.billing.models import BillingPeriod, ChargeLineRecord, PeriodStatus, UnattributedBreachRecord
 from app.billing.types import LineKind
 from app.metrics.breaches_read import ServiceSla
 from app.metrics.date_ranges import DateRange, days_of

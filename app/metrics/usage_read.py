@@ -19,13 +19,7 @@ from sqlmodel import Session
 
 from app.core.errors import FieldError, Invalid
 from app.core.timeutil import aware, floor_hour
-from app.metrics.date_ranges import (
-    MAX_RANGE_DAYS,
-    DateRange,
-    DayOf,
-    day_column,
-    days_of,
-)
+from app.metrics.date_ranges import MAX_RANGE_DAYS, DateRange, DayOf, day_column, days_of
 from app.metrics.models import IngestHour, PoolHourRollup, UsageRollup
 from app.metrics.visibility import readable
 from app.policy.models import PolicyVersion

@@ -8,12 +8,7 @@ from __future__ import annotations
 
 from sqlmodel import col
 
-from app.metrics.models import (
-    BreachMinuteRollup,
-    BreachShare,
-    SlaUnresolvedHour,
-    UsageRollup,
-)
+from app.metrics.models import BreachMinuteRollup, BreachShare, SlaUnresolvedHour, UsageRollup
 
 OWNER = {
     UsageRollup: UsageRollup.tenant,

@@ -12,9 +12,9 @@ from sqlmodel import Session, col, select
 
 from app.billing.models import BillingPeriod, ChargeLineRecord, PeriodStatus
 from app.billing.types import LineKind
-from app.metrics.date_ranges import DateRange, DayOf, days_of
+from app.metrics.date_ranges import DateRange, days_of
 from app.metrics.models import UsageRollup
-from app.metrics.usage_read import ZERO, daily_gpu_hours_by_tenant, hours, usage_cells
+from app.metrics.usage_read import ZERO, daily_gpu_hours_by_tenant, usage_cells
 from app.policy.document import PolicyDocument
 
 SORT_KEYS = ("tenant", "spend", "gpu_hours", "efficiency", "delta")
@@ -106,28 +106,6 @@ def sort_rows(rows: list[TenantRow], *, key: str, descending: bool, needle: str 
 # --- one tenant ----------------------------------------------------------------------------------------
 
 
-def tenant_daily(*, session: Session, period: DateRange, tenant: str) -> tuple[list[date], list[Decimal], list[Decimal]]:
-    """Busy and dark GPU-hours of one tenant per day of the range."""
-    day_of = DayOf(period.tz)
-    days = days_of(period)
-    index = {d: i for i, d in enumerate(days)}
-    busy, dark = [ZERO] * len(days), [ZERO] * len(days)
-    rows = session.exec(
-        select(UsageRollup.hour, UsageRollup.dark, func.sum(UsageRollup.gpu_seconds))
-        .where(UsageRollup.tenant == tenant, UsageRollup.hour >= period.start_utc, UsageRollup.hour < period.end_utc)
-        .group_by(UsageRollup.hour, UsageRollup.dark)
-    )
-    for hour, is_dark, seconds in rows:
-        i = index.get(day_of(hour))
-        if i is None:
-            continue
-        if is_dark:
-            dark[i] += hours(seconds)
-        else:
-            busy[i] += hours(seconds)
-    return days, busy, dark
-
-
 def tenant_known(*, session: Session, tenant: str, doc: PolicyDocument | None) -> bool:
     """A tenant exists if the active policy names it or any rollup or line mentions it."""
     if doc is not None and doc.tenant(tenant) is not None:
@@ -165,37 +143,3 @@ def tenant_invoices(*, session: Session, tenant: str) -> list[InvoiceRow]:
         elif kind == LineKind.SLA_CREDIT:
             row.credits_received -= amount
     return sorted(out.values(), key=lambda r: r.month, reverse=True)
-
-
-@dataclass
-class QuotaUse:
-    pool: str
-    guaranteed: int | None
-    borrowing_limit: int | None
-    peak_gpus: Decimal  # max over hours of GPU-seconds / 3600 in the pool
-
-    @property
-    def ceiling(self) -> int | None:
-        return None if self.guaranteed is None else self.guaranteed + (self.borrowing_limit or 0)
-
-    @property
-    def over_guarantee(self) -> bool:
-        return self.guaranteed is not None and self.peak_gpus > self.guaranteed
-
-
-def quota_use(*, session: Session, period: DateRange, tenant: str, doc: PolicyDocument | None) -> list[QuotaUse]:
-    """Policy quotas of the tenant against its peak concurrent GPUs per pool (hourly average)."""
-    per_hour = (
-        select(UsageRollup.pool.label("pool"), func.sum(UsageRollup.gpu_seconds).label("s"))
-        .where(UsageRollup.tenant == tenant, UsageRollup.hour >= period.start_utc, UsageRollup.hour < period.end_utc)
-        .group_by(UsageRollup.hour, UsageRollup.pool)
-        .subquery()
-    )
-    peaks = {pool: hours(s) for pool, s in session.exec(select(per_hour.c.pool, func.max(per_hour.c.s)).group_by(per_hour.c.pool))}
-    quotas = {q.pool: q for q in (doc.quotas if doc else []) if q.tenant == tenant}
-    out = []
-    for pool in sorted(set(peaks) | set(quotas)):
-        q = quotas.get(pool)
-        out.append(QuotaUse(pool=pool, guaranteed=q.guaranteed_gpus if q else None,
-                            borrowing_limit=q.borrowing_limit if q else None, peak_gpus=peaks.get(pool, ZERO)))
-    return out
