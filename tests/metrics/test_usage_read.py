@@ -5,8 +5,6 @@ added. Three cells of one GPU-second each are 3 x 0.000278 = 0.000834 GPU-hours 
 API used to round the sum (0.000833) and the overview to the milli-hour (0.001 and 0.000).
 """
 
-import json
-import re
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
@@ -18,6 +16,7 @@ from app.metrics.date_ranges import DateRange
 from app.web import dashboard_tenants
 from tests.auth.fixtures import make_user, sign_in
 from tests.billing.builders import add_hour, store_policy
+from tests.web import builders
 
 pytestmark = pytest.mark.anyio
 
@@ -34,12 +33,6 @@ def rated_month(session):
     session.commit()
 
 
-def _chart(html: str) -> dict:
-    match = re.search(r'<script type="application/json" id="overview-data">(.*?)</script>', html, re.S)
-    assert match, "no chart data on the page"
-    return json.loads(match.group(1))
-
-
 async def test_gpu_hours_agree_on_the_api_the_pages_and_the_invoice(client, session, rated_month):
     sign_in(client, session, make_user(session, "fiona", "finance"))
     invoice = (await client.get("/api/v1/periods/2026-10/invoices/vision")).json()
@@ -50,7 +43,7 @@ async def test_gpu_hours_agree_on_the_api_the_pages_and_the_invoice(client, sess
     assert {r["key"]: Decimal(r["gpu_hours"]) for r in usage["rows"]} == {"vision": INVOICED}
 
     page = await client.get("/?start=2026-10-01&end=2026-10-31")
-    chart = _chart(page.text)
+    chart = builders.overview_chart(page.text)
     assert chart["labels"] == ["vision"]
     assert sum(Decimal(str(d["data"][0])) for d in chart["datasets"]) == INVOICED
 

@@ -1,7 +1,5 @@
 """The first page: GPU-hours per tenant and class from the rollups, a date range, tenant members see only theirs."""
 
-import json
-import re
 from datetime import date, timedelta
 from decimal import Decimal
 
@@ -33,17 +31,11 @@ def rollups(session):
     return hours
 
 
-def _chart(html: str) -> dict:
-    match = re.search(r'<script type="application/json" id="overview-data">(.*?)</script>', html, re.S)
-    assert match, "no chart data on the page"
-    return json.loads(match.group(1))
-
-
 async def test_overview_sums_rollups_per_tenant_and_class(client, session, rollups):
     sign_in(client, session, make_user(session, "vic", "viewer"))
     page = await client.get("/")
     assert page.status_code == 200
-    chart = _chart(page.text)
+    chart = builders.overview_chart(page.text)
     assert chart["labels"] == ["team-a", "team-b"]  # largest first; team-old is outside the 30 days
     assert {d["label"]: d["data"] for d in chart["datasets"]} == {"inference": [6.0, 0.0], "training": [1.5, 3.0]}
     assert "10.5" in page.text  # grand total of GPU-hours in the table (7.5 + 3.0)
@@ -57,7 +49,7 @@ async def test_date_range_picker_and_htmx_fragment(client, session, rollups):
     fragment = await client.get(f"/?start={start}&end={today.isoformat()}", headers={"HX-Request": "true"})
     assert fragment.status_code == 200
     assert "<html" not in fragment.text and "team-old" in fragment.text
-    assert _chart(fragment.text)["labels"] == ["team-old", "team-a", "team-b"]
+    assert builders.overview_chart(fragment.text)["labels"] == ["team-old", "team-a", "team-b"]
     bad = await client.get(f"/?start={today.isoformat()}&end={start}")
     assert bad.status_code == 422 and "query.start" in bad.text
     garbage = await client.get("/?start=yesterday")
@@ -68,7 +60,7 @@ async def test_tenant_member_sees_only_own_tenants(client, session, rollups):
     sign_in(client, session, make_user(session, "tm", "tenant", tenants=["team-b"]))
     page = await client.get("/")
     assert page.status_code == 200
-    assert _chart(page.text)["labels"] == ["team-b"]
+    assert builders.overview_chart(page.text)["labels"] == ["team-b"]
     assert "team-a" not in page.text
     assert "Admin" not in page.text and "Policy" not in page.text  # nav shows only what the role may open
 
