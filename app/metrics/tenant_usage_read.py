@@ -16,6 +16,11 @@ from app.metrics.visibility import readable
 from app.policy.document import PolicyDocument
 
 
+def has_usage(*, session: Session, tenant: str) -> bool:
+    """Whether any rollup names the tenant."""
+    return session.exec(select(UsageRollup.id).where(UsageRollup.tenant == tenant).limit(1)).first() is not None
+
+
 def tenant_daily(*, session: Session, period: DateRange, tenant: str) -> tuple[list[date], list[Decimal], list[Decimal]]:
     """Busy and dark GPU-hours of one tenant per day of the range."""
     day_of = DayOf(period.tz)

@@ -27,6 +27,7 @@ from app.policy.models import PolicyVersion
 ZERO = Decimal(0)
 HOUR_SECONDS = Decimal(3600)
 GPU_HOURS = Decimal("0.000001")  # the invoice's quantity precision
+NO_HOURS = ZERO.quantize(GPU_HOURS)  # "0.000000", as the invoice prints an empty cell
 GROUPS = ("tenant", "pool", "class", "department")
 CLASSES = ("inference", "training", "preprocessing", "unallocated")
 
@@ -62,7 +63,7 @@ def usage_cells(*, session: Session, start: datetime, end: datetime, tenants: fr
         .group_by(UsageRollup.tenant, UsageRollup.pool, UsageRollup.klass, UsageRollup.dark),
         UsageRollup, tenants,
     )
-    acc: dict[tuple[str, str, str], list] = defaultdict(lambda: [ZERO, ZERO, 0.0, 0])
+    acc: dict[tuple[str, str, str], list] = defaultdict(lambda: [NO_HOURS, NO_HOURS, 0.0, 0])
     for tenant, pool, klass, dark, seconds, activity, samples in session.execute(stmt):
         a = acc[(tenant, pool, klass)]
         a[1 if dark else 0] = hours(seconds).quantize(GPU_HOURS)
@@ -91,7 +92,7 @@ def usage_summary(
         raise Invalid("The usage query is not valid", errors)
 
     departments = _departments(session, end) if group_by == "department" else {}
-    groups: dict[str, list] = defaultdict(lambda: [ZERO, ZERO, 0.0, 0])
+    groups: dict[str, list] = defaultdict(lambda: [NO_HOURS, NO_HOURS, 0.0, 0])
     for cell in usage_cells(session=session, start=start, end=end, tenants=tenants):
         key = {"pool": cell.pool, "class": cell.klass}.get(group_by, cell.tenant)
         if group_by == "department":

@@ -13,7 +13,7 @@ from sqlmodel import Session, col, select
 from app.billing.models import BillingPeriod, ChargeLineRecord, PeriodStatus
 from app.billing.types import LineKind
 from app.metrics.date_ranges import DateRange, days_of
-from app.metrics.models import UsageRollup
+from app.metrics.tenant_usage_read import has_usage
 from app.metrics.usage_read import ZERO, daily_gpu_hours_by_tenant, usage_cells
 from app.policy.document import PolicyDocument
 
@@ -110,7 +110,7 @@ def tenant_known(*, session: Session, tenant: str, doc: PolicyDocument | None) -
     """A tenant exists if the active policy names it or any rollup or line mentions it."""
     if doc is not None and doc.tenant(tenant) is not None:
         return True
-    if session.exec(select(UsageRollup.id).where(UsageRollup.tenant == tenant).limit(1)).first() is not None:
+    if has_usage(session=session, tenant=tenant):
         return True
     return session.exec(select(ChargeLineRecord.id).where(ChargeLineRecord.account == tenant).limit(1)).first() is not None
 

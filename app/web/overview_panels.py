@@ -20,8 +20,7 @@ from app.core.deps import SessionDep
 from app.metrics import usage_read
 from app.metrics.breaches_read import services
 from app.metrics.date_ranges import DateRange
-from app.metrics.ingestion_health import ingestion_health
-from app.metrics.models import IngestHour
+from app.metrics.ingestion_health import ingestion_health, ingestion_version
 from app.policy.models import PolicyVersion
 from app.web.dashboard_common import active_document, chart_json, presets, resolve
 from app.web.dashboard_sla import month_cost
@@ -74,11 +73,10 @@ _CACHE: dict[tuple, tuple[float, dict]] = {}
 
 def data_version(session: Session) -> tuple:
     """A cheap fingerprint of everything the overview aggregates."""
-    ingest = session.exec(select(func.max(IngestHour.ingested_at), func.count()).select_from(IngestHour)).one()
     billing = session.exec(select(func.sum(BillingPeriod.revision), func.count(), func.max(BillingPeriod.finalized_at))
                            .select_from(BillingPeriod)).one()
     policy = session.exec(select(func.max(PolicyVersion.id))).one()
-    return (*ingest, *billing, policy)
+    return (*ingestion_version(session), *billing, policy)
 
 
 def _cached_aggregates(*, session: Session, user: Principal, period: DateRange, now: datetime, today: date) -> dict:
