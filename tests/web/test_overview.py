@@ -1,6 +1,6 @@
 """The first page: GPU-hours per tenant and class from the rollups, a date range, tenant members see only theirs."""
 
-from datetime import date, timedelta
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -92,16 +92,3 @@ def test_query_is_exact_decimal_and_filters_tenants(session, rollups):
     only_b = usage_read.gpu_hours_by_tenant_class(session=session, period=period, tenants=frozenset({"team-b"}))
     assert [r.tenant for r in only_b] == ["team-b"]
     assert usage_read.gpu_hours_by_tenant_class(session=session, period=period, tenants=frozenset()) == []
-
-
-def test_date_range_rules():
-    tz = get_settings().tz
-    today = date(2026, 11, 30)
-    default = date_range(None, None, today=today, tz=tz)
-    assert (default.start, default.end) == (date(2026, 11, 1), today)
-    assert (default.end_utc - default.start_utc) == timedelta(days=30)
-    from app.core.errors import Invalid
-
-    with pytest.raises(Invalid) as err:
-        date_range(date(2025, 1, 1), today, today=today, tz=tz)
-    assert err.value.errors[0].path == "query.end"
