@@ -17,10 +17,10 @@ from app.auth.sessions import CsrfCookieMiddleware
 from app.core import problems
 from app.core.resources import resource_path
 from app.web import billing as web_billing
-from app.web import dashboard_overview as web_dashboard_overview
 from app.web import doctor as web_doctor
 from app.web import fleet as web_fleet
 from app.web import overview as web_overview
+from app.web import overview_panels as web_overview_panels
 from app.web import policy as web_policy
 from app.web import sla as web_sla
 from app.web import tenants as web_tenants
@@ -62,7 +62,7 @@ def create_app() -> FastAPI:
     app.include_router(web_tenants.router)
     app.include_router(web_fleet.router)
     app.include_router(web_sla.router)
-    app.include_router(web_dashboard_overview.router)
+    app.include_router(web_overview_panels.router)
     app.include_router(web_doctor.router)
     return app
 

@@ -80,7 +80,7 @@ def child_ingest(args) -> dict:
     from app.core.timeutil import epoch
     from app.metrics.ingest import ingest_hours
     from app.metrics.models import UsageRollup
-    from app.metrics.prometheus import PrometheusSource
+    from app.metrics.prometheus_source import PrometheusSource
     from app.metrics.simulator import Simulator
     from app.policy.service import import_version
 

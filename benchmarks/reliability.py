@@ -200,7 +200,7 @@ def prometheus_failures(work: Path) -> dict:
     from app.core.timeutil import from_epoch
     from app.metrics.ingest import ingest_hours
     from app.metrics.models import IngestHour, UsageRollup
-    from app.metrics.prometheus import PrometheusSource
+    from app.metrics.prometheus_source import PrometheusSource
     from tests.metrics import scenario
     from tests.metrics.policies import mixed_policy
     from tests.support.prometheus import PrometheusServer

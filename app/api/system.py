@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime
 
 from fastapi import APIRouter
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import BaseModel
-from sqlalchemy import func
-from sqlmodel import Session, select
+from sqlmodel import select
 from starlette.datastructures import MutableHeaders
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.core.deps import SessionDep
 from app.core.errors import Unavailable
-from app.core.timeutil import HOUR, aware, utcnow
-from app.metrics.models import IngestHour
-from app.metrics.quality import findings_summary
+from app.core.timeutil import utcnow
+from app.metrics.ingestion_health import ingestion_health
 from app.policy.render_alerts import INGEST_GAP_METRIC, INGEST_LAG_METRIC
 
 log = logging.getLogger("app.system")
@@ -80,56 +77,17 @@ def healthz(session: SessionDep) -> Health:
     return Health(status="ok")
 
 
-def _ingestion_from_table(session: Session, now: datetime) -> dict:
-    newest_ok = session.exec(select(func.max(IngestHour.hour)).where(IngestHour.status == "ok")).one()
-    gaps = session.exec(select(func.count()).select_from(IngestHour).where(IngestHour.status == "gap")).one()
-    ok = session.exec(select(func.count()).select_from(IngestHour).where(IngestHour.status == "ok")).one()
-    last = session.exec(
-        select(IngestHour.duration_s).where(IngestHour.ingested_at.is_not(None))  # type: ignore[union-attr]
-        .order_by(IngestHour.ingested_at.desc()).limit(1)  # type: ignore[union-attr]
-    ).first()
-    return {
-        "lag_seconds": None if newest_ok is None else (now - (aware(newest_ok) + HOUR)).total_seconds(),
-        "gap_hours": int(gaps or 0),
-        "ok_hours": int(ok or 0),
-        "last_duration_seconds": last,
-    }
-
-
-def ingestion_figures(session: Session, now: datetime | None = None) -> dict:
-    """Lag, gaps, ingested hours and last duration: from the ingestion helper when present, else the table."""
-    now = now or utcnow()
-    figures = _ingestion_from_table(session, now)
-    try:
-        from app.metrics.worker import ingestion_health
-    except ImportError:
-        return figures
-    health = ingestion_health(session)
-    for ours, *theirs in (
-        ("lag_seconds", "lag_seconds", "ingestion_lag_seconds", "lag_s"),
-        ("gap_hours", "gap_hours", "gaps"),
-        ("ok_hours", "ok_hours", "ingested_hours"),
-        ("last_duration_seconds", "last_duration_seconds", "last_ingest_duration_seconds", "last_duration_s"),
-    ):
-        for key in theirs:
-            if isinstance(health, dict) and health.get(key) is not None:
-                figures[ours] = health[key]
-                break
-    return figures
-
-
 @router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
 def metrics(session: SessionDep) -> Response:
     """The portal's own metrics in Prometheus text format (ingestion state is read when scraped)."""
-    figures = ingestion_figures(session)
+    health = ingestion_health(session=session, now=utcnow())
     # No ingested hour yet: report NaN rather than a misleading zero lag.
-    INGEST_LAG.set(float("nan") if figures["lag_seconds"] is None else float(figures["lag_seconds"]))
-    GAP_HOURS.set(figures["gap_hours"])
-    INGESTED_HOURS.set(figures["ok_hours"])
-    LAST_DURATION.set(float("nan") if figures["last_duration_seconds"] is None else figures["last_duration_seconds"])
-    quality = findings_summary(session=session)
-    DQ_FINDINGS.set(quality.count)
-    DQ_CUT.set(float(quality.gpu_seconds_cut))
+    INGEST_LAG.set(float("nan") if health.lag_seconds is None else health.lag_seconds)
+    GAP_HOURS.set(health.gap_count)
+    INGESTED_HOURS.set(health.ok_count)
+    LAST_DURATION.set(float("nan") if health.last_duration_s is None else health.last_duration_s)
+    DQ_FINDINGS.set(health.quality.count)
+    DQ_CUT.set(float(health.quality.gpu_seconds_cut))
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Query
 
 from app.api.billing import to_json
 from app.auth.deps import CurrentUser
-from app.billing.usage import usage_summary
 from app.core.deps import SessionDep
+from app.metrics.usage_read import usage_summary
 
 router = APIRouter(tags=["usage"])
 

@@ -16,7 +16,8 @@ from app.billing.period import get_period
 from app.billing.pricing import PriceSheet
 from app.billing.rating import pool_costs
 from app.core.errors import NotFound
-from app.metrics.models import PoolHourModel, PoolHourRollup
+from app.core.timeutil import SECONDS_PER_HOUR
+from app.metrics.models import PoolHourModel, PoolHourRollup, UsageRollup
 from app.metrics.types import ModelEnergy
 
 DEFAULT_CURRENCY = "USD"
@@ -66,3 +67,32 @@ def fleet_cost(*, session: Session, month: str, start: datetime, end: datetime, 
         currency = doc.pricing.currency
         priced.append((pool, sheet, sorted(models, key=lambda m: m.model)))
     return FleetCost(sum(pool_costs(priced, currency=currency).values(), Decimal(0)), "computed", currency)
+
+
+@dataclass
+class MonthCost:
+    """A month's fleet cost C beside its utilisation, for the overview."""
+
+    month: str
+    cost: Decimal | None  # C over the month's ingested hours
+    source: str  # FleetCost.source: "rated" | "computed" | "unpriced" | "none"
+    capacity_hours: Decimal
+    used_hours: Decimal
+    currency: str = DEFAULT_CURRENCY
+
+    @property
+    def utilisation(self) -> Decimal | None:
+        return None if not self.capacity_hours else self.used_hours / self.capacity_hours
+
+
+def month_cost(*, session: Session, month: str, start: datetime, end: datetime, docs: DocumentCache) -> MonthCost:
+    """Fleet cost C (the one definition above) and utilisation of one month."""
+    capacity = session.execute(
+        select(func.sum(PoolHourRollup.capacity_gpu_seconds)).where(PoolHourRollup.hour >= start, PoolHourRollup.hour < end)
+    ).scalar_one()
+    used = session.execute(
+        select(func.sum(UsageRollup.gpu_seconds)).where(UsageRollup.hour >= start, UsageRollup.hour < end)
+    ).scalar_one()
+    c = fleet_cost(session=session, month=month, start=start, end=end, docs=docs)
+    return MonthCost(month, c.cost, c.source, Decimal(capacity or 0) / SECONDS_PER_HOUR,
+                     Decimal(used or 0) / SECONDS_PER_HOUR, c.currency)

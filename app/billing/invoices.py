@@ -13,7 +13,7 @@ from decimal import Decimal
 from sqlalchemy import select
 from sqlmodel import Session
 
-from app.billing.efficiency import issued_hour_weighted, mean_activity
+from app.metrics.efficiency import issued_hour_weighted, mean_activity
 from app.billing.models import (
     BillingPeriod,
     ChargeLineRecord,

@@ -108,7 +108,7 @@ def doctor(
     from app.core.settings import get_settings
     from app.core.timeutil import epoch, utcnow
     from app.metrics import doctor as doc
-    from app.metrics.doctor_client import PromReader
+    from app.metrics.prometheus_api import PromReader
 
     settings = get_settings()
     target = url or settings.prometheus_url

@@ -16,9 +16,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 
+from app.core.errors import AppError
 from app.metrics import histograms
-from app.metrics.doctor_client import PromReader, ReadError
 from app.metrics.labels import DEFAULT_EXPORTER, ExporterIdentity, dedup_key, exporter_pods, host_of, label_style, workload_of
+from app.metrics.prometheus_api import PromReader
 from app.policy.document import PolicyDocument
 
 ERROR, WARNING, INFO = "error", "warning", "info"
@@ -70,7 +71,7 @@ def _names(items: Iterable[str]) -> str:
     return shown + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
 
 
-def _could_not_read(report: Report, what: str, exc: ReadError, bill: str) -> None:
+def _could_not_read(report: Report, what: str, exc: AppError, bill: str) -> None:
     report.add("could-not-read", ERROR, f"could not read {what}", str(exc), bill,
                "check the URL, the query frontend's limits and timeouts, and run the doctor again")
 
@@ -83,7 +84,7 @@ def run(reader: PromReader, *, at: float, policy: PolicyDocument | None, lookbac
     _inventory(report, reader, start, at)
     try:
         occupancy = reader.query(f"{OCCUPANCY_SELECTOR}[{lookback_s}s]", at)
-    except ReadError as exc:
+    except AppError as exc:
         _could_not_read(report, "the DCGM occupancy series", exc, "no hour can be ingested: every hour becomes a gap")
         return report
     if not occupancy:
@@ -98,7 +99,7 @@ def run(reader: PromReader, *, at: float, policy: PolicyDocument | None, lookbac
 
     try:
         targets = reader.series(["up"], start, at)
-    except ReadError:
+    except AppError:
         targets = []  # only a fallback for recognising the exporter pod
     jobs = {m.get("job", "") for m, _ in occupancy}
     targets = [t for t in targets if t.get("job", "") in jobs]
@@ -124,7 +125,7 @@ def _inventory(report: Report, reader: PromReader, start: float, at: float) -> N
     try:
         names = reader.label_values("__name__", ['{__name__=~"DCGM_FI_.*|vllm:.*|kube_pod_info|'
                                                  'kube_pod_container_resource_requests"}'], start, at)
-    except ReadError:
+    except AppError:
         return  # the occupancy query right after reports an unreadable store
     dcgm = sorted(n for n in names if n.startswith("DCGM_FI_"))
     vllm = sorted(n for n in names if n.startswith("vllm:"))
@@ -147,7 +148,7 @@ def _pod_nodes(report: Report, reader: PromReader, series: list[dict], start: fl
     pattern = "|".join(re.escape(h) for h in sorted(hosts)[:MAX_POD_LOOKUPS])
     try:
         info = reader.series([f'kube_pod_info{{pod=~"{_promql_string(pattern)}"}}'], start, at)
-    except ReadError:
+    except AppError:
         return {}  # kube-state-metrics is optional
     return {m["pod"]: m["node"] for m in info if m.get("pod") and m.get("node")}
 
@@ -318,7 +319,7 @@ def _time_slicing(report: Report, reader: PromReader, at: float, units: dict, ho
     """GPUs requested beyond the physical ones on a node (kube-state-metrics) mean time-slicing or MPS."""
     try:
         requests = reader.query('sum by (node) (kube_pod_container_resource_requests{resource="nvidia_com_gpu"})', at)
-    except ReadError:
+    except AppError:
         return
     sliced = []
     with_vgpu = {k[0] for k in units if k[3]}
@@ -364,7 +365,7 @@ def _exporter_gaps(report: Report, reader: PromReader, start: float, at: float, 
                    "SYS_ADMIN for profiling")
     try:
         energy = reader.series([ENERGY, POWER], start, at)
-    except ReadError as exc:
+    except AppError as exc:
         _could_not_read(report, "the energy and power series", exc, "energy falls back to default_power_watts")
         return
     has = defaultdict(set)
@@ -388,7 +389,7 @@ def _services(report: Report, reader: PromReader, at: float, policy: PolicyDocum
         try:
             requests = reader.query(f"count({sla.requests})", at)
             buckets = reader.query(f"group by (le) ({sla.latency_histogram})", at)
-        except ReadError as exc:
+        except AppError as exc:
             _could_not_read(report, f"the serving metrics of {sla.service}", exc,
                             "breach minutes and dark time of its pool cannot be computed")
             continue

@@ -9,17 +9,14 @@ P99 bucket are computed here, so dark-time and breach minutes do not depend on a
 
 from __future__ import annotations
 
-import json
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from decimal import Decimal
 
-import requests
-
 from app.core.errors import AppError
 from app.metrics.histograms import boundaries, p99_bucket, parse_le, quantile
-from app.metrics.promql_http import get_body
+from app.metrics.prometheus_api import PromReader
 from app.metrics.types import ServiceMinutes, SourceBatch
 from app.policy.document import PolicyDocument
 
@@ -120,22 +117,17 @@ def bucket_lookup(url: str, *, timeout_s: float = 10.0, window: str = "1d", at: 
 
     For policy validation's red-line warning and `chargeback doctor`; any failure means "unknown", never an error.
     """
+    reader = PromReader(url, timeout_s=timeout_s)
+
     def lookup(selector: str) -> tuple[Decimal, ...] | None:
         key = (url, selector, window, at)
         cached = _BUCKET_CACHE.get(key)
         if cached is not None and time.monotonic() - cached[0] < BUCKET_CACHE_S:
             return cached[1]
-        found = None
         try:
-            with requests.Session() as session:
-                body = get_body(session, f"{url.rstrip('/')}/api/v1/query",
-                                {"query": f"group by (le) (last_over_time({selector}[{window}]))",
-                                 **({"time": at} if at is not None else {})},
-                                timeout_s=timeout_s, deadline_s=timeout_s)
-            answer = json.loads(body)
-            if answer.get("status") == "success":
-                found = boundaries(str(r["metric"].get("le", "")) for r in answer["data"]["result"]) or None
-        except (AppError, ValueError, KeyError, TypeError, AttributeError):
+            series = reader.query(f"group by (le) (last_over_time({selector}[{window}]))", time.time() if at is None else at)
+            found = boundaries(labels.get("le", "") for labels, _ in series) or None
+        except AppError:
             found = None
         if len(_BUCKET_CACHE) > 256:
             _BUCKET_CACHE.clear()

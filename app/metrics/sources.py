@@ -10,7 +10,7 @@ def get_source(settings: Settings) -> MetricsSource:
     """The configured source (the same HTTP API serves Prometheus, Thanos, Mimir and VictoriaMetrics)."""
     if settings.prometheus_url:
         from app.metrics.labels import ExporterIdentity
-        from app.metrics.prometheus import PrometheusSource
+        from app.metrics.prometheus_source import PrometheusSource
 
         return PrometheusSource(settings.prometheus_url, scrape_interval_s=settings.scrape_interval_s,
                                 timeout_s=settings.prometheus_timeout_s, deadline_s=settings.prometheus_deadline_s,

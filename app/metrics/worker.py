@@ -25,7 +25,6 @@ from app.core.settings import Settings, get_settings
 from app.core.timeutil import HOUR, aware, floor_hour, hours_between, utcnow
 from app.metrics.ingest import IngestReport, hour_status, ingest_hour_list
 from app.metrics.models import IngestHour
-from app.metrics.quality import findings_summary
 from app.metrics.types import MetricsSource
 
 log = logging.getLogger(__name__)
@@ -153,24 +152,3 @@ def run_worker(*, engine: Engine | None = None, source: MetricsSource | None = N
             log.info("ingested %d hours, %d gaps", len(done.ingested), len(done.gaps))
         if once or stop.wait(poll_seconds):
             return total
-
-
-def ingestion_health(session: Session, now: datetime | None = None) -> dict:
-    """Figures for the portal's /metrics: lag behind now, gap hours, ok hours, last hour's duration."""
-    now = aware(now or utcnow())
-    quality = findings_summary(session=session)
-    newest_ok = session.exec(select(func.max(IngestHour.hour)).where(IngestHour.status == "ok")).one()
-    gaps = session.exec(select(func.count()).select_from(IngestHour).where(IngestHour.status == "gap")).one()
-    ok = session.exec(select(func.count()).select_from(IngestHour).where(IngestHour.status == "ok")).one()
-    last = session.exec(
-        select(IngestHour).where(IngestHour.status == "ok").order_by(IngestHour.ingested_at.desc()).limit(1)
-    ).first()
-    return {
-        "ingestion_lag_seconds": None if newest_ok is None else max(0.0, (now - (aware(newest_ok) + HOUR)).total_seconds()),
-        "gap_hours": int(gaps or 0),
-        "ok_hours": int(ok or 0),
-        "last_duration_seconds": None if last is None else float(last.duration_s),
-        "last_ingested_at": None if last is None or last.ingested_at is None else aware(last.ingested_at).isoformat(),
-        "data_quality_findings": quality.count,
-        "data_quality_gpu_seconds_cut": float(quality.gpu_seconds_cut),
-    }

@@ -13,13 +13,13 @@ from starlette.requests import Request
 
 from app.core.settings import get_settings
 from app.core.timeutil import utcnow
+from app.metrics.date_ranges import DateRange, date_range
 from app.policy.document import PolicyDocument
-from app.web import queries
 
 
 @dataclass(frozen=True)
 class RangeContext:
-    period: queries.DateRange
+    period: DateRange
     now: datetime
     today: date
     timezone: str
@@ -30,7 +30,7 @@ def resolve(start: date | None, end: date | None) -> RangeContext:
     settings = get_settings()
     now = utcnow()
     today = now.astimezone(settings.tz).date()
-    period = queries.date_range(start, end, today=today, tz=settings.tz)
+    period = date_range(start, end, today=today, tz=settings.tz)
     return RangeContext(period=period, now=now, today=today, timezone=settings.billing_timezone)
 
 

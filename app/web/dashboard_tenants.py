@@ -7,16 +7,14 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from decimal import Decimal
 
-from sqlalchemy import func
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
-from app.billing.efficiency import mean_activity
 from app.billing.totals import has_lines
+from app.metrics.date_ranges import DateRange, days_of
+from app.metrics.efficiency import mean_activity
+from app.metrics.tenant_usage_read import has_usage
+from app.metrics.usage_read import ZERO, daily_gpu_hours_by_tenant, usage_cells
 from app.policy.document import PolicyDocument
-from app.core.timeutil import aware
-from app.web.dashboard_queries import ZERO, DayOf, days_of, hours
-from app.metrics.models import UsageRollup
-from app.web.queries import DateRange
 
 SORT_KEYS = ("tenant", "spend", "gpu_hours", "efficiency", "delta")
 
@@ -55,34 +53,20 @@ def tenant_rows(
     if tenants is not None and not tenants:
         return []
     before = previous_range(period)
-    day_of = DayOf(period.tz)
-    query = (
-        select(UsageRollup.hour, UsageRollup.tenant, UsageRollup.dark, func.sum(UsageRollup.gpu_seconds),
-               func.sum(UsageRollup.activity_sum), func.sum(UsageRollup.activity_samples))
-        .where(UsageRollup.hour >= before.start_utc, UsageRollup.hour < period.end_utc)
-        .group_by(UsageRollup.hour, UsageRollup.tenant, UsageRollup.dark)
-    )
-    if tenants is not None:
-        query = query.where(col(UsageRollup.tenant).in_(sorted(tenants)))
-    days = days_of(period)
-    index = {d: i for i, d in enumerate(days)}
+    days = len(days_of(period))
     acc: dict[str, dict] = defaultdict(lambda: {"hours": ZERO, "dark": ZERO, "prev": ZERO, "act": 0.0, "n": 0,
-                                                "daily": [ZERO] * len(days)})
-    start = period.start_utc
-    for hour, tenant, is_dark, seconds, activity, samples in session.exec(query):
-        a = acc[tenant]
-        h = hours(seconds)
-        if aware(hour) < start:
-            a["prev"] += h
-            continue
-        a["hours"] += h
-        if is_dark:
-            a["dark"] += h
-        a["act"] += float(activity or 0)
-        a["n"] += int(samples or 0)
-        i = index.get(day_of(hour))
-        if i is not None:
-            a["daily"][i] += h
+                                                "daily": [ZERO] * days})
+    # GPU-hours as the invoice states them (usage_read.usage_cells); the sparkline's days are exact.
+    for cell in usage_cells(session=session, start=period.start_utc, end=period.end_utc, tenants=tenants):
+        a = acc[cell.tenant]
+        a["hours"] += cell.gpu_hours
+        a["dark"] += cell.dark_gpu_hours
+        a["act"] += cell.activity_sum
+        a["n"] += cell.activity_samples
+    for cell in usage_cells(session=session, start=before.start_utc, end=before.end_utc, tenants=tenants):
+        acc[cell.tenant]["prev"] += cell.gpu_hours
+    for tenant, daily in daily_gpu_hours_by_tenant(session=session, period=period, tenants=tenants).items():
+        acc[tenant]["daily"] = daily
     return [
         TenantRow(tenant=t, gpu_hours=a["hours"], dark_hours=a["dark"], efficiency=mean_activity(a["act"], a["n"]),
                   previous_hours=a["prev"], spend=None if spend is None else spend.get(t, ZERO), daily=a["daily"])
@@ -106,62 +90,11 @@ def sort_rows(rows: list[TenantRow], *, key: str, descending: bool, needle: str 
 # --- one tenant ----------------------------------------------------------------------------------------
 
 
-def tenant_daily(*, session: Session, period: DateRange, tenant: str) -> tuple[list[date], list[Decimal], list[Decimal]]:
-    """Busy and dark GPU-hours of one tenant per day of the range."""
-    day_of = DayOf(period.tz)
-    days = days_of(period)
-    index = {d: i for i, d in enumerate(days)}
-    busy, dark = [ZERO] * len(days), [ZERO] * len(days)
-    rows = session.exec(
-        select(UsageRollup.hour, UsageRollup.dark, func.sum(UsageRollup.gpu_seconds))
-        .where(UsageRollup.tenant == tenant, UsageRollup.hour >= period.start_utc, UsageRollup.hour < period.end_utc)
-        .group_by(UsageRollup.hour, UsageRollup.dark)
-    )
-    for hour, is_dark, seconds in rows:
-        i = index.get(day_of(hour))
-        if i is None:
-            continue
-        if is_dark:
-            dark[i] += hours(seconds)
-        else:
-            busy[i] += hours(seconds)
-    return days, busy, dark
-
-
 def tenant_known(*, session: Session, tenant: str, doc: PolicyDocument | None) -> bool:
     """A tenant exists if the active policy names it or any rollup or line mentions it."""
     if doc is not None and doc.tenant(tenant) is not None:
         return True
-    if session.exec(select(UsageRollup.id).where(UsageRollup.tenant == tenant).limit(1)).first() is not None:
+    if has_usage(session=session, tenant=tenant):
         return True
     return has_lines(session=session, account=tenant)
 
-
-@dataclass
-class QuotaUse:
-    pool: str
-    guaranteed: int | None
-    borrowing_limit: int | None
-    peak_gpus: Decimal  # max over hours of GPU-seconds / 3600 in the pool
-
-    @property
-    def over_guarantee(self) -> bool:
-        return self.guaranteed is not None and self.peak_gpus > self.guaranteed
-
-
-def quota_use(*, session: Session, period: DateRange, tenant: str, doc: PolicyDocument | None) -> list[QuotaUse]:
-    """Policy quotas of the tenant against its peak concurrent GPUs per pool (hourly average)."""
-    per_hour = (
-        select(UsageRollup.pool.label("pool"), func.sum(UsageRollup.gpu_seconds).label("s"))
-        .where(UsageRollup.tenant == tenant, UsageRollup.hour >= period.start_utc, UsageRollup.hour < period.end_utc)
-        .group_by(UsageRollup.hour, UsageRollup.pool)
-        .subquery()
-    )
-    peaks = {pool: hours(s) for pool, s in session.exec(select(per_hour.c.pool, func.max(per_hour.c.s)).group_by(per_hour.c.pool))}
-    quotas = {q.pool: q for q in (doc.quotas if doc else []) if q.tenant == tenant}
-    out = []
-    for pool in sorted(set(peaks) | set(quotas)):
-        q = quotas.get(pool)
-        out.append(QuotaUse(pool=pool, guaranteed=q.guaranteed_gpus if q else None,
-                            borrowing_limit=q.borrowing_limit if q else None, peak_gpus=peaks.get(pool, ZERO)))
-    return out

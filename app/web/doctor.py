@@ -27,7 +27,7 @@ def doctor_target() -> str | None:
 def doctor_page(request: Request, session: SessionDep, admin: AdminOnly,
                 target: Annotated[str | None, Depends(doctor_target)]) -> Response:
     from app.metrics import doctor
-    from app.metrics.doctor_client import PromReader
+    from app.metrics.prometheus_api import PromReader
 
     report = None
     if target:

@@ -11,8 +11,8 @@ from starlette.responses import Response
 from app.auth.deps import Principal, require_roles
 from app.core.deps import SessionDep
 from app.metrics.attribution import UNPOOLED
+from app.metrics.occupancy_read import occupancy
 from app.policy.changes_preview import capacity_impact
-from app.web import dashboard_queries as dq
 from app.web.dashboard_common import active_document, range_context, resolve
 from app.web.templating import render
 
@@ -29,7 +29,7 @@ def _level(value) -> int:
 @router.get("/fleet")
 def fleet(request: Request, session: SessionDep, user: Staff, start: date | None = None, end: date | None = None) -> Response:
     rc = resolve(start, end)
-    occ = dq.occupancy(session=session, period=rc.period)
+    occ = occupancy(session=session, period=rc.period)
     doc = active_document(session)
     pools = []
     if doc is not None:

@@ -13,13 +13,15 @@ from app.auth.deps import CurrentUser
 from app.core.deps import SessionDep
 from app.core.settings import get_settings
 from app.core.timeutil import utcnow
-from app.web import dashboard_overview, queries
+from app.metrics import usage_read
+from app.metrics.date_ranges import date_range
+from app.web import overview_panels
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
 
 
-def _pivot(rows: list[queries.TenantClassHours]) -> tuple[list[str], list[str], dict, dict]:
+def _pivot(rows: list[usage_read.TenantClassHours]) -> tuple[list[str], list[str], dict, dict]:
     """Tenants (largest first), classes, hours[tenant][class], and totals per tenant."""
     tenants: list[str] = []
     classes = sorted({r.klass for r in rows})
@@ -39,8 +41,8 @@ def overview(
 ) -> Response:
     settings = get_settings()
     now = utcnow()
-    period = queries.date_range(start, end, today=now.astimezone(settings.tz).date(), tz=settings.tz)
-    rows = queries.gpu_hours_by_tenant_class(session=session, period=period, tenants=user.visible_tenants())
+    period = date_range(start, end, today=now.astimezone(settings.tz).date(), tz=settings.tz)
+    rows = usage_read.gpu_hours_by_tenant_class(session=session, period=period, tenants=user.visible_tenants())
     tenants, classes, hours, totals = _pivot(rows)
     chart = {
         "labels": tenants,
@@ -57,10 +59,10 @@ def overview(
         "grand_total": sum(totals.values(), Decimal(0)),
         "class_totals": {k: sum((hours[t].get(k, Decimal(0)) for t in tenants), Decimal(0)) for k in classes},
         "chart_json": json.dumps(chart),
-        "coverage": queries.coverage(session=session, period=period, now=now),
+        "coverage": usage_read.coverage(session=session, period=period, now=now),
         "timezone": settings.billing_timezone,
     }
     # Dashboard panels: cost vs last month, GPU-hours by class per day, dark time, live health and SLA partials.
-    context.update(dashboard_overview.extras(session=session, user=user, period=period, now=now,
-                                             today=now.astimezone(settings.tz).date()))
+    context.update(overview_panels.extras(session=session, user=user, period=period, now=now,
+                                          today=now.astimezone(settings.tz).date()))
     return render(request, "overview.html", context)

@@ -9,11 +9,12 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from app.auth.deps import CurrentUser
+from app.billing.sla_penalties import add_penalties
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
-from app.web import dashboard_sla as ds
+from app.metrics.breaches_read import breach_minutes, services
+from app.metrics.date_ranges import days_of
 from app.web.dashboard_common import active_document, chart_json, range_context, resolve
-from app.web.dashboard_queries import days_of
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -32,8 +33,8 @@ def sla_page(
 ) -> Response:
     rc = resolve(start, end)
     doc = active_document(session)
-    rows = ds.services(session=session, period=rc.period, doc=doc, tenants=user.visible_tenants())
-    months = ds.add_penalties(session=session, period=rc.period, rows=rows)
+    rows = services(session=session, period=rc.period, doc=doc, tenants=user.visible_tenants())
+    months = add_penalties(session=session, period=rc.period, rows=rows)
     names = [r.service for r in rows]
     if service and service not in names:
         raise NotFound(f"No SLA service {service!r}")
@@ -44,8 +45,8 @@ def sla_page(
     breaches, total = ([], 0)
     p99_chart = None
     if chosen is not None:
-        breaches, total = ds.breach_minutes(session=session, period=rc.period, service=chosen.service,
-                                            tenants=user.visible_tenants())
+        breaches, total = breach_minutes(session=session, period=rc.period, service=chosen.service,
+                                         tenants=user.visible_tenants())
         ordered = list(reversed(breaches))  # oldest first for the chart
         labels = [b.minute_end.astimezone(rc.period.tz).strftime("%m-%d %H:%M") for b in ordered]
         datasets = [{"label": "P99 of the breach minute (ms)", "data": [b.p99_ms for b in ordered], "color": "#0072B2",

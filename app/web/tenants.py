@@ -12,6 +12,7 @@ from app.auth.deps import CurrentUser
 from app.billing.totals import month_spend, tenant_history
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
+from app.metrics.tenant_usage_read import quota_use, tenant_daily
 from app.web import dashboard_tenants as dt
 from app.web.dashboard_common import active_document, chart_json, htmx_target, range_context, resolve, sparkline
 from app.web.templating import render
@@ -73,7 +74,7 @@ def tenant_detail(
     if not dt.tenant_known(session=session, tenant=tenant, doc=doc):
         raise NotFound(f"No tenant {tenant!r}")
     rc = resolve(start, end)
-    days, busy, dark = dt.tenant_daily(session=session, period=rc.period, tenant=tenant)
+    days, busy, dark = tenant_daily(session=session, period=rc.period, tenant=tenant)
     chart = {
         "labels": [d.isoformat() for d in days],
         "datasets": [{"label": "busy", "data": busy, "color": "#0072B2"},
@@ -91,7 +92,7 @@ def tenant_detail(
         "invoices": invoices,
         "penalties_paid": sum((i.penalties_paid for i in invoices), dt.ZERO),
         "credits_received": sum((i.credits_received for i in invoices), dt.ZERO),
-        "quotas": dt.quota_use(session=session, period=rc.period, tenant=tenant, doc=doc),
+        "quotas": quota_use(session=session, period=rc.period, tenant=tenant, doc=doc),
         **range_context(request, rc),
     }
     return render(request, "tenants/detail.html", context)

@@ -24,7 +24,7 @@ from app.billing.types import PLATFORM
 from app.core.db import make_engine, unit_of_work
 from app.metrics.ingest import ingest_hours
 from app.metrics.models import IngestHour
-from app.metrics.prometheus import PrometheusSource
+from app.metrics.prometheus_source import PrometheusSource
 from app.metrics.simulator import Simulator
 from app.policy.service import import_version
 from tests.support.databases import drop_postgres_database, migrated, new_postgres_database

@@ -23,7 +23,7 @@ from app.billing.rating import rate_period
 from app.billing.loader import load_hours
 from app.billing.totals import account_totals
 from app.metrics.models import UsageRollup
-from app.web import dashboard_sla
+from app.billing.fleet_cost import month_cost
 from tests.auth.fixtures import anyio_backend, app, client, fast_hashing, make_user, sign_in  # noqa: F401
 from tests.billing.builders import EXAMPLE_USAGE, add_hour, store_policy
 
@@ -79,7 +79,7 @@ async def _rate(client) -> None:
 
 async def test_fleet_cost_before_and_after_rating_and_on_the_statement(finance, session):
     def dashboard():
-        return dashboard_sla.month_cost(session=session, month=MONTH, start=OCT1, end=NOV1, docs=DocumentCache(session))
+        return month_cost(session=session, month=MONTH, start=OCT1, end=NOV1, docs=DocumentCache(session))
 
     computed = dashboard()
     assert computed.source == "computed" and computed.cost == Decimal("2.60")  # 2 A100s at 1.30 for one hour
@@ -94,7 +94,7 @@ async def test_fleet_cost_before_and_after_rating_and_on_the_statement(finance, 
 async def test_fleet_cost_of_a_month_with_an_unpriced_model_is_not_a_partial_sum(finance, session):
     version = store_policy(session)
     add_hour(session, hour=OCT1.replace(hour=1), version=version.id, model="NVIDIA L40S")
-    cost = dashboard_sla.month_cost(session=session, month=MONTH, start=OCT1, end=NOV1, docs=DocumentCache(session))
+    cost = month_cost(session=session, month=MONTH, start=OCT1, end=NOV1, docs=DocumentCache(session))
     assert cost.cost is None and cost.source == "unpriced"  # rating refuses this month, so C is not shown either
 
 

@@ -11,6 +11,7 @@ from sqlmodel import Session, select
 from app.core.timeutil import from_epoch
 from app.metrics.models import BreachMinuteRollup, BreachShare, IngestHour, PoolHourModel, PoolHourRollup, UsageRollup
 from app.policy.service import import_version
+from tests.auth.fixtures import anyio_backend, app, client, fast_hashing  # noqa: F401 (route tests)
 from tests.metrics import scenario
 from tests.metrics.policies import mixed_policy
 from tests.support.prometheus import PrometheusServer

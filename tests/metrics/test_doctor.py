@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from app.metrics import doctor
-from app.metrics.doctor_client import PromReader
+from app.metrics.prometheus_api import PromReader
 from tests.billing.builders import policy_doc
 from tests.billing.test_api import api  # noqa: F401  (fixture)
 from tests.metrics.doctor_fixtures import (
@@ -206,9 +206,9 @@ def test_time_slicing_without_vgpu_is_found_through_kube_state_metrics(tmp_path)
 
 
 @pytest.mark.parametrize("answer, reason", [
-    ("<html><body>Bad gateway</body></html>", "not a JSON answer"),
+    ("<html><body>Bad gateway</body></html>", "an answer that is not JSON"),
     ('{"status": "success", "warnings": ["store gateway 3 unreachable"], "data": {"resultType": "matrix", "result": []}}',
-     "partial answer"),
+     "partial response"),
     ('{"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {"a": 1}, "values": []}]}}',
      "malformed labels"),
     ('{"status": "error", "errorType": "bad_data", "error": "parse error"}', "parse error"),
@@ -227,7 +227,7 @@ def test_an_unreachable_url_is_a_finding(tmp_path):
     from tests.support.prometheus import free_port
 
     report = doctor.run(PromReader(f"http://127.0.0.1:{free_port()}", timeout_s=5), at=time.time(), policy=None)
-    assert [f.code for f in report.findings] == ["could-not-read"] and "cannot reach" in report.findings[0].detail
+    assert [f.code for f in report.findings] == ["could-not-read"] and "did not answer" in report.findings[0].detail
 
 
 def test_admin_page_shows_the_report_and_only_to_admins(api, fresh_engine, tmp_path):  # noqa: F811

@@ -11,7 +11,7 @@ from sqlmodel import select
 from app.core.timeutil import from_epoch
 from app.metrics.ingest import ingest_hours
 from app.metrics.models import PoolHourModel, UsageRollup
-from app.metrics.prometheus import PrometheusSource
+from app.metrics.prometheus_source import PrometheusSource
 from tests.metrics.conftest import HOUR, add_policy, status
 from tests.metrics.policies import A100, mixed_policy
 from tests.metrics.scenario import H

@@ -18,7 +18,7 @@ from sqlmodel import select
 from app.core.timeutil import HOUR, epoch, floor_hour, from_epoch, utcnow
 from app.metrics.ingest import ingest_hours
 from app.metrics.models import UsageRollup
-from app.metrics.prometheus import PrometheusSource
+from app.metrics.prometheus_source import PrometheusSource
 from app.metrics.simulator import Simulator, serve_exporter
 from tests.metrics.conftest import add_policy
 from tests.support.prometheus import PrometheusServer

@@ -12,7 +12,7 @@ import pytest
 from app.core.errors import AppError, Unavailable
 from app.core.timeutil import from_epoch
 from app.metrics.ingest import ingest_hours, retry_delay
-from app.metrics.prometheus import PrometheusSource
+from app.metrics.prometheus_source import PrometheusSource
 from tests.metrics import scenario
 from tests.metrics.conftest import HOUR, status
 from tests.metrics.policies import mixed_policy

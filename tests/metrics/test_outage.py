@@ -10,7 +10,7 @@ from sqlmodel import select
 from app.core.timeutil import from_epoch
 from app.metrics.ingest import ingest_hours, retry_delay
 from app.metrics.models import BreachMinuteRollup, IngestHour, PoolHourRollup, UsageRollup
-from app.metrics.prometheus import PrometheusSource
+from app.metrics.prometheus_source import PrometheusSource
 from tests.metrics import scenario
 from tests.metrics.conftest import HOUR, snapshot, status
 from tests.support.prometheus import PrometheusServer

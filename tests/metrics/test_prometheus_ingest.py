@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from app.core.timeutil import from_epoch
 from app.metrics.ingest import ingest_hours
-from app.metrics.prometheus import PrometheusSource
+from app.metrics.prometheus_source import PrometheusSource
 from tests.metrics import scenario
 from tests.metrics.conftest import HOUR, snapshot, status
 from tests.metrics.policies import A100, RTX4090, mixed_policy

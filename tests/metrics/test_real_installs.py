@@ -20,7 +20,7 @@ from app.metrics import labels as rules
 from app.metrics.attribution import attribute_hour, split_hours
 from app.metrics.ingest import ingest_hours
 from app.metrics.models import DataQualityFinding
-from app.metrics.prometheus import PrometheusSource, infer_intervals
+from app.metrics.prometheus_source import PrometheusSource, infer_intervals
 from tests.metrics import dcgm
 from tests.metrics.conftest import add_policy, snapshot
 from tests.metrics.dcgm import A100, RTX4090, Job, Pod, Unit

@@ -10,7 +10,7 @@ from sqlmodel import Session, select
 from app.core.timeutil import epoch
 from app.metrics.ingest import ingest_hours
 from app.metrics.models import BreachMinuteRollup, BreachShare, PoolHourRollup, UsageRollup
-from app.metrics.prometheus import PrometheusSource
+from app.metrics.prometheus_source import PrometheusSource
 from app.metrics.simulator import Simulator
 from tests.metrics.conftest import add_policy
 from tests.support.prometheus import PrometheusServer

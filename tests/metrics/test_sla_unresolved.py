@@ -11,7 +11,7 @@ from app.core.timeutil import from_epoch
 from app.metrics.attribution import attribute_hour, split_hours
 from app.metrics.ingest import ingest_hours
 from app.metrics.models import BreachMinuteRollup, SlaUnresolvedHour
-from app.metrics.prometheus import PrometheusSource
+from app.metrics.prometheus_source import PrometheusSource
 from app.metrics.simulator import Simulator
 from tests.metrics import scenario
 from tests.metrics.conftest import HOUR, add_policy

@@ -11,7 +11,7 @@ import pytest
 from app.core.timeutil import from_epoch
 from app.metrics.attribution import attribute_hour, split_hours
 from app.metrics.ingest import ingest_hours
-from app.metrics.prometheus import PrometheusSource
+from app.metrics.prometheus_source import PrometheusSource
 from app.metrics.simulator import Simulator
 from tests.metrics.conftest import add_policy, snapshot
 from tests.metrics.simulator.conftest import DAY

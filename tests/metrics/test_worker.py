@@ -12,9 +12,10 @@ from sqlmodel import Session, select
 from app.core.db import unit_of_work
 from app.core.settings import Settings
 from app.core.timeutil import from_epoch
+from app.metrics.ingestion_health import ingestion_health
 from app.metrics.models import IngestHour, UsageRollup
-from app.metrics.prometheus import PrometheusSource
-from app.metrics.worker import ingestion_health, pending_hours, run_worker
+from app.metrics.prometheus_source import PrometheusSource
+from app.metrics.worker import pending_hours, run_worker
 from tests.metrics import scenario
 from tests.metrics.conftest import add_policy
 
@@ -73,9 +74,9 @@ def test_two_workers_at_once_ingest_each_hour_exactly_once(fresh_engine, scenari
         rows = session.exec(select(IngestHour).order_by(IngestHour.hour)).all()
         assert [(r.status, r.attempts) for r in rows] == [("ok", 1)] * 3
         assert len(session.exec(select(UsageRollup).where(UsageRollup.hour == hours[0])).all()) == len(scenario.EXPECTED_USAGE)
-        health = ingestion_health(session, now=now)
-    assert health["gap_hours"] == 0 and health["ok_hours"] == 3
-    assert health["ingestion_lag_seconds"] == 300 and health["last_duration_seconds"] > 0
+        health = ingestion_health(session=session, now=now)
+    assert health.gap_count == 0 and health.ok_count == 3
+    assert health.lag_seconds == 300 and health.last_duration_s > 0
 
 
 @pytest.mark.prometheus  # starts its own server in the test body
@@ -102,4 +103,4 @@ def test_worker_catches_up_and_retries_gaps_after_an_outage(fresh_engine, tmp_pa
     finally:
         server.stop()
     with Session(fresh_engine) as session:
-        assert ingestion_health(session, now=clock[0])["gap_hours"] == 0
+        assert ingestion_health(session=session, now=clock[0]).gap_count == 0

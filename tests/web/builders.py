@@ -1,7 +1,9 @@
-"""Rollup rows for page tests, written straight into the tables the pages read."""
+"""Rollup rows and page readers for page tests, written straight into the tables the pages read."""
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -40,3 +42,10 @@ def recent_hours(n: int) -> list[datetime]:
     """The last n finished hours, oldest first."""
     last = floor_hour(utcnow()) - timedelta(hours=1)
     return [last - timedelta(hours=i) for i in reversed(range(n))]
+
+
+def overview_chart(html: str) -> dict:
+    """The overview's chart data (tenants x classes) as the page embeds it."""
+    match = re.search(r'<script type="application/json" id="overview-data">(.*?)</script>', html, re.S)
+    assert match, "no chart data on the page"
+    return json.loads(match.group(1))

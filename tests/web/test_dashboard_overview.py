@@ -12,8 +12,10 @@ from app.billing import periods
 from app.billing.loader import DocumentCache
 from app.core.settings import get_settings
 from app.core.timeutil import floor_hour, utcnow
-from app.web import dashboard_overview, dashboard_queries
-from app.web.queries import DateRange
+from app.metrics import usage_read
+from app.metrics.date_ranges import DateRange
+from app.web import overview_panels
+from app.billing.fleet_cost import month_cost
 from tests.auth.fixtures import make_user, sign_in
 from tests.billing.builders import add_hour, store_policy
 
@@ -23,9 +25,9 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture(autouse=True)
 def _fresh_cache():
     """Rolled-back tests can repeat a data fingerprint with other rows: start each test with an empty cache."""
-    dashboard_overview._CACHE.clear()
+    overview_panels._CACHE.clear()
     yield
-    dashboard_overview._CACHE.clear()
+    overview_panels._CACHE.clear()
 
 
 def _hours(n: int = 3) -> list[datetime]:
@@ -54,28 +56,28 @@ def _period(hours) -> DateRange:
 
 async def test_daily_usage_idle_and_dark_share(session, seeded):
     period = _period(seeded["hours"])
-    usage = dashboard_queries.daily_usage(session=session, period=period, tenants=None)
+    usage = usage_read.daily_usage(session=session, period=period, tenants=None)
     n = len(seeded["hours"])
     assert sum(usage.by_class["training"].values()) == Decimal(4320 * n) / 3600
     # Capacity 2 GPUs x 3600 s per hour; used 1800 + 2520 + 1800 + 360 = 6480 s: idle 720 s an hour.
     assert sum(usage.idle.values()) == Decimal(720 * n) / 3600
-    member = dashboard_queries.daily_usage(session=session, period=period, tenants=frozenset({"etl"}))
+    member = usage_read.daily_usage(session=session, period=period, tenants=frozenset({"etl"}))
     assert member.idle is None and set(member.by_class) == {"preprocessing"}
-    dark = dashboard_queries.dark_share(session=session, period=period, tenants=None)
+    dark = usage_read.dark_share(session=session, period=period, tenants=None)
     assert dark.minute_share == Decimal(25) / 60 and dark.hour_share == Decimal(1800) / Decimal(6480)
 
 
 async def test_month_cost_priced_from_rollups_then_from_rated_period(session, seeded):
     hours = seeded["hours"]
     tz = get_settings().tz
-    month, start, end = dashboard_overview._month_bounds(hours[0].astimezone(tz).date(), tz)
-    computed = dashboard_overview.ds.month_cost(session=session, month=month, start=start, end=end,
+    month, start, end = overview_panels._month_bounds(hours[0].astimezone(tz).date(), tz)
+    computed = month_cost(session=session, month=month, start=start, end=end,
                                                 docs=DocumentCache(session))
     # SPEC worked example: 2 A100s at 1.30 per GPU-hour = 2.60 per hour.
     assert computed.source == "computed" and computed.cost == Decimal("2.60") * len(hours)
     assert computed.utilisation == Decimal(6480) / Decimal(7200)
     periods.rate(session=session, period=month, actor="test")
-    rated = dashboard_overview.ds.month_cost(session=session, month=month, start=start, end=end,
+    rated = month_cost(session=session, month=month, start=start, end=end,
                                              docs=DocumentCache(session))
     assert rated.source == "rated" and rated.cost == computed.cost
 
@@ -139,11 +141,11 @@ async def test_overview_cache_follows_new_ingestion(session, seeded):
     user = Principal(name="vic", roles=frozenset({"viewer"}))
     period = _period(seeded["hours"])
     now, today = utcnow(), period.end
-    first = dashboard_overview.extras(session=session, user=user, period=period, now=now, today=today)
-    again = dashboard_overview.extras(session=session, user=user, period=period, now=now, today=today)
+    first = overview_panels.extras(session=session, user=user, period=period, now=now, today=today)
+    again = overview_panels.extras(session=session, user=user, period=period, now=now, today=today)
     assert again["daily_json"] == first["daily_json"]
     version = store_policy(session, effective_from=datetime(2026, 1, 2, tzinfo=UTC))
     add_hour(session, hour=seeded["hours"][0] - timedelta(hours=2), version=version.id)
     session.flush()
-    after = dashboard_overview.extras(session=session, user=user, period=period, now=now, today=today)
+    after = overview_panels.extras(session=session, user=user, period=period, now=now, today=today)
     assert after["daily_json"] != first["daily_json"]

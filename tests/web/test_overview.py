@@ -1,15 +1,14 @@
 """The first page: GPU-hours per tenant and class from the rollups, a date range, tenant members see only theirs."""
 
-import json
-import re
-from datetime import date, timedelta
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 
 from app.core.settings import get_settings
 from app.core.timeutil import utcnow
-from app.web import queries
+from app.metrics import usage_read
+from app.metrics.date_ranges import date_range
 from tests.auth.fixtures import make_user, sign_in
 from tests.web import builders
 
@@ -32,17 +31,11 @@ def rollups(session):
     return hours
 
 
-def _chart(html: str) -> dict:
-    match = re.search(r'<script type="application/json" id="overview-data">(.*?)</script>', html, re.S)
-    assert match, "no chart data on the page"
-    return json.loads(match.group(1))
-
-
 async def test_overview_sums_rollups_per_tenant_and_class(client, session, rollups):
     sign_in(client, session, make_user(session, "vic", "viewer"))
     page = await client.get("/")
     assert page.status_code == 200
-    chart = _chart(page.text)
+    chart = builders.overview_chart(page.text)
     assert chart["labels"] == ["team-a", "team-b"]  # largest first; team-old is outside the 30 days
     assert {d["label"]: d["data"] for d in chart["datasets"]} == {"inference": [6.0, 0.0], "training": [1.5, 3.0]}
     assert "10.5" in page.text  # grand total of GPU-hours in the table (7.5 + 3.0)
@@ -56,7 +49,7 @@ async def test_date_range_picker_and_htmx_fragment(client, session, rollups):
     fragment = await client.get(f"/?start={start}&end={today.isoformat()}", headers={"HX-Request": "true"})
     assert fragment.status_code == 200
     assert "<html" not in fragment.text and "team-old" in fragment.text
-    assert _chart(fragment.text)["labels"] == ["team-old", "team-a", "team-b"]
+    assert builders.overview_chart(fragment.text)["labels"] == ["team-old", "team-a", "team-b"]
     bad = await client.get(f"/?start={today.isoformat()}&end={start}")
     assert bad.status_code == 422 and "query.start" in bad.text
     garbage = await client.get("/?start=yesterday")
@@ -67,7 +60,7 @@ async def test_tenant_member_sees_only_own_tenants(client, session, rollups):
     sign_in(client, session, make_user(session, "tm", "tenant", tenants=["team-b"]))
     page = await client.get("/")
     assert page.status_code == 200
-    assert _chart(page.text)["labels"] == ["team-b"]
+    assert builders.overview_chart(page.text)["labels"] == ["team-b"]
     assert "team-a" not in page.text
     assert "Admin" not in page.text and "Policy" not in page.text  # nav shows only what the role may open
 
@@ -90,25 +83,12 @@ async def test_gaps_are_called_out(client, session, rollups):
 
 def test_query_is_exact_decimal_and_filters_tenants(session, rollups):
     tz = get_settings().tz
-    period = queries.date_range(None, None, today=utcnow().astimezone(tz).date(), tz=tz)
-    rows = queries.gpu_hours_by_tenant_class(session=session, period=period, tenants=None)
+    period = date_range(None, None, today=utcnow().astimezone(tz).date(), tz=tz)
+    rows = usage_read.gpu_hours_by_tenant_class(session=session, period=period, tenants=None)
     assert [(r.tenant, r.klass, r.gpu_hours) for r in rows] == [
         ("team-a", "inference", Decimal("6.000")), ("team-a", "training", Decimal("1.500")),
         ("team-b", "training", Decimal("3.000")),
     ]
-    only_b = queries.gpu_hours_by_tenant_class(session=session, period=period, tenants=frozenset({"team-b"}))
+    only_b = usage_read.gpu_hours_by_tenant_class(session=session, period=period, tenants=frozenset({"team-b"}))
     assert [r.tenant for r in only_b] == ["team-b"]
-    assert queries.gpu_hours_by_tenant_class(session=session, period=period, tenants=frozenset()) == []
-
-
-def test_date_range_rules():
-    tz = get_settings().tz
-    today = date(2026, 11, 30)
-    default = queries.date_range(None, None, today=today, tz=tz)
-    assert (default.start, default.end) == (date(2026, 11, 1), today)
-    assert (default.end_utc - default.start_utc) == timedelta(days=30)
-    from app.core.errors import Invalid
-
-    with pytest.raises(Invalid) as err:
-        queries.date_range(date(2025, 1, 1), today, today=today, tz=tz)
-    assert err.value.errors[0].path == "query.end"
+    assert usage_read.gpu_hours_by_tenant_class(session=session, period=period, tenants=frozenset()) == []

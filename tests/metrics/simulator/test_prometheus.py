@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from app.metrics.attribution import attribute_hour, split_hours
-from app.metrics.prometheus import PrometheusSource
+from app.metrics.prometheus_source import PrometheusSource
 from tests.metrics.simulator.conftest import DAY
 from tests.support.prometheus import PrometheusServer
 

@@ -11,7 +11,7 @@ HTTP API is served by Thanos, Mimir and VictoriaMetrics.
 
 Counters (energy, requests, latency buckets) are read as raw window values and their increases
 computed in Python (counters.py, serving.py), so no engine's extrapolation enters; every answer is
-checked and bounded by a deadline (promql_http.py); silent nodes make gaps (presence.py).
+checked and bounded by a deadline (prometheus_api.py); silent nodes make gaps (presence.py).
 Whatever the install, the workload is read by `labels.workload_of` (exported_* behind a
 ServiceMonitor, the exporter's own pod = a free unit); series are kept per scrape (job, instance,
 replica) so that each target's sample interval is inferred from its whole minutes, and copies of
@@ -39,7 +39,7 @@ from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S, epoch
 from app.metrics import labels as rules
 from app.metrics.counters import hour_increase
 from app.metrics.presence import LOOKBACK_HOURS, presence_plan
-from app.metrics.promql_http import decode_matrix, get_body
+from app.metrics.prometheus_api import decode_matrix, get_body
 from app.metrics.serving import services_plan
 from app.metrics.types import OCCUPANCY_METRICS, GpuEnergy, OccupancySeries, SeriesLabels, SourceBatch
 from app.policy.document import PolicyDocument
@@ -279,7 +279,7 @@ class PrometheusSource:
         return services_plan(batch, cs, ce, policy)
 
     def _get(self, query: str, start: int, end: int, step: int) -> tuple[bytes, float]:
-        """One query_range over the client's session, within the total deadline (see promql_http).
+        """One query_range over the client's session, within the total deadline (see prometheus_api).
 
         The body is returned undecoded so that the HTTP worker can send the next query at once
         (custom_query_range would decode it first, keeping Prometheus idle meanwhile).

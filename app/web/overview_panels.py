@@ -17,12 +17,13 @@ from app.auth.deps import CurrentUser, Principal
 from app.billing.loader import DocumentCache
 from app.billing.period import periods_fingerprint
 from app.core.deps import SessionDep
-from app.metrics.models import IngestHour
+from app.metrics import usage_read
+from app.metrics.breaches_read import services
+from app.metrics.date_ranges import DateRange
+from app.metrics.ingestion_health import ingestion_health, ingestion_version
 from app.policy.models import PolicyVersion
-from app.web import dashboard_queries as dq
-from app.web import dashboard_sla as ds
 from app.web.dashboard_common import active_document, chart_json, presets, resolve
-from app.web.queries import DateRange
+from app.billing.fleet_cost import month_cost
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -43,16 +44,16 @@ def cost_comparison(*, session: Session, today: date, tz: ZoneInfo, now: datetim
     docs = DocumentCache(session)
     month, start, _ = _month_bounds(today, tz)
     last_month, last_start, last_end = _month_bounds(start.date() - timedelta(days=1), tz)
-    this = ds.month_cost(session=session, month=month, start=start, end=now, docs=docs)
-    last = ds.month_cost(session=session, month=last_month, start=last_start, end=last_end, docs=docs)
+    this = month_cost(session=session, month=month, start=start, end=now, docs=docs)
+    last = month_cost(session=session, month=last_month, start=last_start, end=last_end, docs=docs)
     return {"this": this, "last": last}
 
 
-def daily_chart(usage: dq.DailyUsage) -> str:
+def daily_chart(usage: usage_read.DailyUsage) -> str:
     """Stacked GPU-hours per day and class, idle capacity on top (whole fleet only)."""
     labels = [d.isoformat() for d in usage.days]
     datasets = []
-    for klass in dq.CLASSES:
+    for klass in usage_read.CLASSES:
         series = usage.by_class.get(klass)
         if series:
             datasets.append({"label": klass, "data": [series.get(d, 0) for d in usage.days],
@@ -72,10 +73,9 @@ _CACHE: dict[tuple, tuple[float, dict]] = {}
 
 def data_version(session: Session) -> tuple:
     """A cheap fingerprint of everything the overview aggregates."""
-    ingest = session.exec(select(func.max(IngestHour.ingested_at), func.count()).select_from(IngestHour)).one()
     billing = periods_fingerprint(session=session)
     policy = session.exec(select(func.max(PolicyVersion.id))).one()
-    return (*ingest, *billing, policy)
+    return (*ingestion_version(session), *billing, policy)
 
 
 def _cached_aggregates(*, session: Session, user: Principal, period: DateRange, now: datetime, today: date) -> dict:
@@ -101,11 +101,11 @@ def extras(*, session: Session, user: Principal, period: DateRange, now: datetim
 
 def _aggregates(*, session: Session, user: Principal, period: DateRange, now: datetime, today: date) -> dict:
     tenants = user.visible_tenants()
-    usage = dq.daily_usage(session=session, period=period, tenants=tenants)
+    usage = usage_read.daily_usage(session=session, period=period, tenants=tenants)
     context = {
         "daily_json": daily_chart(usage),
         "daily_has_data": any(usage.by_class.values()),
-        "dark": dq.dark_share(session=session, period=period, tenants=tenants),
+        "dark": usage_read.dark_share(session=session, period=period, tenants=tenants),
         "cost": cost_comparison(session=session, today=today, tz=period.tz, now=now) if tenants is None else None,
         "range_presets_overview": [
             {"label": label, "href": f"/?start={s.isoformat()}&end={e.isoformat()}",
@@ -118,13 +118,14 @@ def _aggregates(*, session: Session, user: Principal, period: DateRange, now: da
 
 
 def health_context(*, session: Session, period: DateRange, now: datetime) -> dict:
-    return {"health": dq.ingestion_health(session=session, period=period, now=now), "now": now, "tz": period.tz,
+    health = ingestion_health(session=session, now=now, start=period.start_utc, end=period.end_utc)
+    return {"health": health, "now": now, "tz": period.tz,
             "health_period": period}
 
 
 def sla_context(*, session: Session, user: Principal, today: date, tz: ZoneInfo, now: datetime) -> dict:
     month = DateRange(start=today.replace(day=1), end=today, tz=tz)
-    rows = ds.services(session=session, period=month, doc=active_document(session), tenants=user.visible_tenants())
+    rows = services(session=session, period=month, doc=active_document(session), tenants=user.visible_tenants())
     return {"sla_status": rows, "sla_month": f"{today.year:04d}-{today.month:02d}", "now": now, "tz": tz}
 
 

@@ -1,0 +1,203 @@
+"""The one client of the Prometheus HTTP API (Prometheus, Thanos, Mimir, VictoriaMetrics).
+
+Every answer is fetched against a wall-clock deadline and read strictly, in one place: anything that
+is not a complete, successful, well-formed answer raises `Unavailable` (ingestion records a gap and
+retries with backoff; the doctor reports "could not read"; the impact preview says "not measured"):
+an error status, a partial response (Thanos/Mimir `warnings`, VictoriaMetrics `isPartial`), a body
+that is not JSON (a proxy's HTML page), missing or mistyped keys, and, in matrices that ingestion
+bills from, values no count, sum or counter can take (NaN, +-Inf, negative, absurdly large). A
+server that drips bytes is cut off at the deadline: requests' `timeout` bounds each socket read, not
+the whole answer, so the body is read in small pieces against a clock. A 4xx (a query the server
+rejects) raises `Invalid`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+
+import requests
+
+from app.core.errors import Invalid, Unavailable
+
+# No count, activity sum, energy counter (mJ since boot) or request counter comes near this.
+MAX_VALUE = 1e18
+READ_PIECE = 1 << 16
+
+
+def get_body(session: requests.Session, url: str, params: dict | list, *, timeout_s: float, deadline_s: float,
+             headers: dict | None = None, auth=None, max_bytes: int | None = None) -> bytes:
+    """GET `url` and return the whole body, or raise `Unavailable` (no answer, 5xx, past the deadline, too large)."""
+    began = time.monotonic()
+    cutoff = began + deadline_s
+    try:
+        response = session.get(url, params=params, headers=headers, auth=auth, stream=True,
+                               timeout=(min(timeout_s, deadline_s), min(timeout_s, deadline_s)))
+    except requests.RequestException as exc:
+        raise Unavailable(f"{_base(url)} did not answer: {type(exc).__name__}") from exc
+    with response:
+        pieces, size = [], 0
+        try:
+            while True:
+                if time.monotonic() > cutoff:
+                    raise Unavailable(f"{_base(url)} did not finish its answer within the {deadline_s:g} s deadline")
+                # read1 returns whatever has arrived (at most one socket read), so a drip cannot hold it.
+                piece = response.raw.read1(READ_PIECE, decode_content=True)
+                if not piece:
+                    break
+                size += len(piece)
+                if max_bytes is not None and size > max_bytes:
+                    raise Unavailable(f"{_base(url)} sent an answer larger than {max_bytes // 2**20} MiB")
+                pieces.append(piece)
+        except requests.RequestException as exc:
+            raise Unavailable(f"{_base(url)} broke off its answer: {type(exc).__name__}") from exc
+        except OSError as exc:  # urllib3's read timeouts and resets surface as OSError subclasses
+            raise Unavailable(f"{_base(url)} broke off its answer: {type(exc).__name__}") from exc
+        body = b"".join(pieces)
+    if response.status_code >= 500:
+        raise Unavailable(f"{_base(url)} failed: HTTP {response.status_code} {_excerpt(body)}")
+    if response.status_code != 200:
+        raise Invalid(f"{_base(url)} rejected a query (HTTP {response.status_code}): {_error_text(body)}")
+    return body
+
+
+def decode_data(body: bytes, *, source: str):
+    """The `data` of a successful, complete answer; otherwise `Unavailable` with the reason."""
+    try:
+        answer = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise Unavailable(f"{source} sent an answer that is not JSON: {_excerpt(body)}") from exc
+    if not isinstance(answer, dict):
+        raise Unavailable(f"{source} sent a malformed answer: not a JSON object")
+    if answer.get("status") != "success":
+        raise Unavailable(f"{source} answered status {answer.get('status')!r}: "
+                          f"{answer.get('errorType', '')} {answer.get('error', '')}".rstrip())
+    warnings = answer.get("warnings") or []
+    if not isinstance(warnings, list):
+        warnings = [warnings]
+    # Prometheus's own "PromQL info:" annotations say nothing about completeness; any other warning
+    # (Thanos/Mimir: a store or ingester did not answer) or VictoriaMetrics' isPartial means missing data.
+    serious = [str(w) for w in warnings if not str(w).startswith("PromQL info:")]
+    if serious or answer.get("isPartial"):
+        reason = "; ".join(serious)[:500] if serious else "isPartial"
+        raise Unavailable(f"{source} answered a partial response: {reason}")
+    return answer.get("data")  # its shape is the caller's to check: a matrix, a vector, a list
+
+
+def decode_matrix(body: bytes, *, source: str) -> list[dict]:
+    """The `result` of a successful, complete matrix answer, values checked; otherwise `Unavailable` with the reason."""
+    data = decode_data(body, source=source)
+    if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
+        raise Unavailable(f"{source} sent a malformed answer: data.result is not a matrix")
+    result = data["result"]
+    try:
+        texts: set = set()
+        for item in result:
+            metric, values = item["metric"], item["values"]
+            if type(metric) is not dict or type(values) is not list:
+                raise TypeError("metric/values")
+            # Unpacking checks the [t, v] shape at C speed; a timestamp that is not a number fails
+            # where handlers read it, and becomes Unavailable there (PrometheusSource.fetch).
+            texts.update([v for _, v in values])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise Unavailable(f"{source} sent a malformed answer: a series lacks metric/values pairs") from exc
+    # Few distinct value strings in an answer (counts, percentages): each is checked once.
+    for text in texts:
+        if type(text) is not str:
+            raise Unavailable(f"{source} sent a malformed answer: value {str(text)[:40]!r} is not a quoted number")
+        try:
+            value = float(text)
+        except ValueError:
+            raise Unavailable(f"{source} sent a malformed answer: value {text[:40]!r} is not a number") from None
+        if not (math.isfinite(value) and 0 <= value <= MAX_VALUE):
+            raise Unavailable(f"{source} sent an impossible value {text[:40]!r} (NaN, infinite, negative or huge)")
+    return result
+
+
+MAX_INSTANT_BYTES = 256 * 1024 * 1024  # an instant answer (doctor, previews) larger than this is not one we would sign
+
+
+@dataclass
+class PromReader:
+    """Instant queries, series and label values at one URL (the doctor's preflight, the impact preview)."""
+
+    url: str
+    timeout_s: float = 30.0
+
+    def _get(self, path: str, params: list[tuple[str, str]]):
+        base = self.url.rstrip("/")
+        with requests.Session() as session:
+            body = get_body(session, base + path, params, timeout_s=self.timeout_s, deadline_s=self.timeout_s,
+                            max_bytes=MAX_INSTANT_BYTES)
+        return decode_data(body, source=f"Prometheus at {base}")
+
+    def query(self, expr: str, at: float) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+        """An instant query: (labels, samples) per series; a vector gives one sample, a range vector its raw samples."""
+        data = self._get("/api/v1/query", [("query", expr), ("time", f"{at:.3f}")])
+        if not isinstance(data, dict) or data.get("resultType") not in ("vector", "matrix"):
+            raise Unavailable(f"unexpected result type for {expr!r}")
+        result = data.get("result")
+        if not isinstance(result, list):
+            raise Unavailable(f"no result list for {expr!r}")
+        out = []
+        for item in result:
+            if not isinstance(item, dict):
+                raise Unavailable(f"malformed series in the answer to {expr!r}")
+            labels = _labels(item.get("metric"), expr)
+            points = item.get("values") if data["resultType"] == "matrix" else [item.get("value")]
+            if not isinstance(points, list):
+                raise Unavailable(f"malformed samples in the answer to {expr!r}")
+            out.append((labels, [_point(p, expr) for p in points]))
+        return out
+
+    def series(self, matches: list[str], start: float, end: float) -> list[dict[str, str]]:
+        """Label sets of the series matching any selector in (start, end]."""
+        params = [("match[]", m) for m in matches] + [("start", f"{start:.3f}"), ("end", f"{end:.3f}")]
+        data = self._get("/api/v1/series", params)
+        if not isinstance(data, list):
+            raise Unavailable("the series answer is not a list")
+        return [_labels(m, "series") for m in data]
+
+    def label_values(self, name: str, matches: list[str], start: float, end: float) -> list[str]:
+        """Values of one label on the series matching the selectors."""
+        params = [("match[]", m) for m in matches] + [("start", f"{start:.3f}"), ("end", f"{end:.3f}")]
+        data = self._get(f"/api/v1/label/{name}/values", params)
+        if not isinstance(data, list) or not all(isinstance(v, str) for v in data):
+            raise Unavailable(f"the values of label {name!r} are not a list of strings")
+        return data
+
+
+def _labels(value: object, what: str) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise Unavailable(f"malformed labels in the answer to {what!r}")
+    return value
+
+
+def _point(value: object, what: str) -> tuple[float, float]:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise Unavailable(f"malformed sample in the answer to {what!r}")
+    try:
+        t, v = float(value[0]), float(value[1])
+    except (TypeError, ValueError):
+        raise Unavailable(f"non-numeric sample in the answer to {what!r}") from None
+    if not math.isfinite(t):
+        raise Unavailable(f"non-finite timestamp in the answer to {what!r}")
+    return t, v
+
+
+def _base(url: str) -> str:
+    return url.split("/api/", 1)[0]
+
+
+def _excerpt(body: bytes) -> str:
+    return body[:200].decode("utf-8", "replace").replace("\n", " ")
+
+
+def _error_text(body: bytes) -> str:
+    try:
+        answer = json.loads(body)
+        return f"{answer.get('errorType', '')}: {answer.get('error', '')}"
+    except (ValueError, AttributeError):
+        return _excerpt(body)

@@ -1,0 +1,43 @@
+"""Ingestion health has one definition: the /metrics gauges and the overview's health panel show the same figures."""
+
+import re
+from datetime import timedelta
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.core.settings import get_settings
+from app.core.timeutil import utcnow
+from app.metrics.ingestion_health import ingestion_health
+from tests.auth.fixtures import make_user, sign_in
+from tests.web import builders
+
+pytestmark = pytest.mark.anyio
+
+
+def _gauges(text: str) -> dict[str, float]:
+    return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples if not s.labels}
+
+
+async def test_metrics_and_the_health_panel_show_the_same_figures(client, session):
+    hours = builders.recent_hours(5)
+    for hour in hours[:2]:
+        builders.ingest_hour(session, hour, duration_s=0.25)
+    builders.ingest_hour(session, hours[2], status="gap")
+    builders.ingest_hour(session, hours[3], duration_s=1.5)
+    session.commit()
+    sign_in(client, session, make_user(session, "vic", "viewer"))
+
+    gauges = _gauges((await client.get("/metrics")).text)
+    tz = get_settings().tz
+    start, end = (hours[0] - timedelta(days=1)).astimezone(tz).date(), utcnow().astimezone(tz).date()
+    panel = (await client.get(f"/overview/health?start={start.isoformat()}&end={end.isoformat()}")).text
+    assert gauges["chargeback_ingested_hours"] == 3 and "3 hours ingested" in panel
+    assert gauges["chargeback_ingestion_gap_hours"] == 1 and "1 gap hour" in panel
+    assert gauges["chargeback_ingest_last_duration_seconds"] == 1.5
+
+    health = ingestion_health(session=session, now=utcnow())
+    lag_hours = float(re.search(r"lag ([0-9.]+) h", panel).group(1))
+    assert abs(lag_hours - health.lag_hours) < 0.1
+    assert abs(gauges["chargeback_ingestion_lag_seconds"] - health.lag_seconds) < 60
+    assert health.lag_seconds >= 0 and [g.hour for g in health.gaps] == [hours[2]]
