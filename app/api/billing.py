@@ -60,7 +60,7 @@ def list_periods(session: SessionDep, user: CurrentUser) -> list[dict]:
     return to_json(periods.list_periods(session=session, staff=user.visible_tenants() is None))
 
 
-@router.get("/periods/{period}/invoices")
+@router.get("/periods/{period}/invoices", responses={304: {"description": "Not modified"}})
 def list_invoices(
     period: str,
     request: Request,
@@ -94,7 +94,8 @@ def list_invoices(
     return conditional(request, to_json(payload))
 
 
-@router.get("/periods/{period}/invoices/{tenant}", response_model=Invoice)
+@router.get("/periods/{period}/invoices/{tenant}", response_model=Invoice,
+            responses={304: {"description": "Not modified"}})
 def get_invoice(period: str, tenant: str, request: Request, session: SessionDep, user: CurrentUser) -> dict:
     """One tenant's invoice: lines, GPU-hours per pool and class, efficiency, penalties, credits, total (ETag, 304)."""
     row = rated_period(session=session, month=period)
