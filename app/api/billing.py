@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from app.api.common import CursorQuery, IdempotencyDep, conditional, decode_cursor, encode_cursor, json_response
+from app.api.schemas.billing import Correction, Invoice, InvoiceList, PeriodSummary, Statement
 from app.auth.deps import CurrentUser, Principal, require_roles
 from app.billing import exports, periods
 from app.billing.invoices import load_view, platform_statement, tenant_invoice
@@ -48,41 +49,19 @@ class CloseRequest(BaseModel):
     reason: str | None = Field(default=None, max_length=2000)
 
 
-class InvoiceSummary(BaseModel):
-    tenant: str
-    department: str
-    gpu_hours: str
-    total: str
-
-
-class DepartmentTotal(BaseModel):
-    department: str
-    tenants: list[str]
-    total: str
-
-
-class InvoiceList(BaseModel):
-    period: str
-    status: str
-    currency: str
-    invoices: list[InvoiceSummary]
-    departments: list[DepartmentTotal]
-    next_cursor: str | None = None
-
-
 class CorrectionRequest(BaseModel):
     line_id: str = Field(min_length=1)
     amount: Decimal
     reason: str = Field(min_length=1, max_length=2000)
 
 
-@router.get("/periods")
+@router.get("/periods", response_model=list[PeriodSummary], response_model_exclude_unset=True)
 def list_periods(session: SessionDep, user: CurrentUser) -> list[dict]:
     """Billing periods, newest first (months with ingested hours but no rating show as open)."""
     return to_json(periods.list_periods(session=session, staff=user.visible_tenants() is None))
 
 
-@router.get("/periods/{period}/invoices")
+@router.get("/periods/{period}/invoices", responses={304: {"description": "Not modified"}})
 def list_invoices(
     period: str,
     request: Request,
@@ -112,7 +91,8 @@ def list_invoices(
     return conditional(request, to_json(payload))
 
 
-@router.get("/periods/{period}/invoices/{tenant}")
+@router.get("/periods/{period}/invoices/{tenant}", response_model=Invoice,
+            responses={304: {"description": "Not modified"}})
 def get_invoice(period: str, tenant: str, request: Request, session: SessionDep, user: CurrentUser) -> dict:
     """One tenant's invoice: lines, GPU-hours per pool and class, efficiency, penalties, credits, total (ETag, 304)."""
     row = rated_period(session=session, month=period)
@@ -121,7 +101,7 @@ def get_invoice(period: str, tenant: str, request: Request, session: SessionDep,
     return conditional(request, to_json(tenant_invoice(load_view(session=session, period=row), tenant)))
 
 
-@router.get("/periods/{period}/statement", dependencies=[STAFF])
+@router.get("/periods/{period}/statement", dependencies=[STAFF], response_model=Statement)
 def get_statement(period: str, session: SessionDep) -> dict:
     """The platform statement: balance lines, unallocated use, gaps, unattributed breaches, conservation."""
     row = rated_period(session=session, month=period)
@@ -153,14 +133,14 @@ def export(
     return Response(content=data, media_type=exports.media_type(format), headers=headers)
 
 
-@router.post("/periods/{period}/rate")
+@router.post("/periods/{period}/rate", response_model=PeriodSummary)
 def rate(period: str, session: SessionDep, user: Annotated[Principal, FINANCE]) -> dict:
     """Rate the period as a draft (re-ratable; 409 once finalized; 422 naming unpriced GPU models)."""
     row = periods.rate(session=session, period=period, actor=user.name)
     return to_json(periods.period_summary(row))
 
 
-@router.post("/periods/{period}/close")
+@router.post("/periods/{period}/close", response_model=PeriodSummary)
 def close(
     period: str,
     session: SessionDep,
@@ -182,7 +162,7 @@ def close(
     return idempotency.remember(json_response(to_json(periods.period_summary(row))))
 
 
-@router.post("/periods/{period}/corrections", status_code=201)
+@router.post("/periods/{period}/corrections", status_code=201, response_model=Correction)
 def correct(period: str, body: CorrectionRequest, session: SessionDep, user: Annotated[Principal, FINANCE]) -> dict:
     """Add to open period `period` a correction of a line of an earlier, finalized period."""
     line = periods.correct(

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, Field
 from sqlmodel import select
 
-from app.api.common import MAX_ID, CursorQuery, LimitQuery, paginate
+from app.api.common import MAX_ID, CursorQuery, LimitQuery, Page, paginate
+from app.api.schemas.audit import AuditOut
 from app.auth.deps import CurrentUser, Principal
 from app.core.audit import AuditEntry
 from app.core.deps import SessionDep
@@ -38,23 +39,6 @@ class TenantOut(BaseModel):
 class DepartmentOut(BaseModel):
     name: str
     tenants: list[str]
-
-
-class AuditOut(BaseModel):
-    id: int
-    at: datetime
-    actor: str
-    action: str
-    entity: str
-    entity_id: str
-    tenant: str | None
-    before: Any = None
-    after: Any = None
-
-
-class AuditPage(BaseModel):
-    items: list[AuditOut]
-    next_cursor: str | None = None
 
 
 def _document(session) -> PolicyDocument | None:
@@ -125,7 +109,7 @@ def list_audit(
     since: Annotated[datetime | None, Query(description="Only entries at or after this instant")] = None,
     limit: LimitQuery = 50,
     cursor: CursorQuery = None,
-) -> AuditPage:
+) -> Page[AuditOut]:
     """The audit log, newest first, cursor-paginated; tenant members see only entries about their tenants."""
     _text_filters(**{"query.action": action, "query.entity": entity, "query.actor": actor})
     stmt = select(AuditEntry)
@@ -141,7 +125,7 @@ def list_audit(
     if visible is not None:
         stmt = stmt.where(AuditEntry.tenant.in_(sorted(visible)))
     rows, next_cursor = paginate(session, stmt, keys=[AuditEntry.id], limit=limit, cursor=cursor, descending=True)
-    return AuditPage(items=[_audit_out(e) for e in rows], next_cursor=next_cursor)
+    return Page[AuditOut](items=[_audit_out(e) for e in rows], next_cursor=next_cursor)
 
 
 @router.get("/audit/{entry_id}")

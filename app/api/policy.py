@@ -14,7 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import select
 from starlette.responses import Response
 
-from app.api.common import MAX_ID, IdempotencyDep, IdPath, json_response
+from app.api.common import MAX_ID, IdempotencyDep, IdPath, Page, json_response
+from app.api.schemas.audit import AuditOut
+from app.api.schemas.policy import Artifacts, Validation, VersionDiff, VersionDocument, VersionPublic
+from app.api.schemas.review import ChangeDetail, ChangePublic, CommentPublic, Preview, Rebase, ReleasePublic, ReleaseVersion
 from app.auth.deps import Principal, require_roles
 from app.core.audit import AuditEntry
 from app.core.deps import SessionDep
@@ -206,13 +209,13 @@ def release_out(session, release: Release) -> dict[str, Any]:
 # ---- versions -------------------------------------------------------------------------------------
 
 
-@router.get("/versions", summary="Every policy version, newest first")
+@router.get("/versions", response_model=list[VersionPublic], summary="Every policy version, newest first")
 def versions(session: SessionDep, _: Reader) -> list[dict]:
     active = active_version(session=session)
     return [version_out(v, active_id=active.id if active else None) for v in reversed(list_versions(session=session))]
 
 
-@router.get("/versions/active", summary="The version in effect now, with its document")
+@router.get("/versions/active", response_model=VersionDocument, summary="The version in effect now, with its document")
 def active(session: SessionDep, _: Reader) -> dict:
     version = active_version(session=session) or latest_version(session=session)
     if version is None:
@@ -222,7 +225,8 @@ def active(session: SessionDep, _: Reader) -> dict:
     return version_out(version, active_id=version.id, document=True)
 
 
-@router.get("/versions/{number}", summary="One version, its document and its diff against the previous version")
+@router.get("/versions/{number}", response_model=VersionDiff,
+            summary="One version, its document and its diff against the previous version")
 def version(number: Id, session: SessionDep, _: Reader) -> dict:
     from app.policy.diff import diff
 
@@ -235,7 +239,8 @@ def version(number: Id, session: SessionDep, _: Reader) -> dict:
     return out
 
 
-@router.get("/versions/{number}/artifacts", summary="The rendered artifacts of a version, file by file")
+@router.get("/versions/{number}/artifacts", response_model=Artifacts,
+            summary="The rendered artifacts of a version, file by file")
 def artifacts(number: Id, session: SessionDep, _: Reader) -> dict:
     files, bundle = releases.artifacts_for(session=session, version_id=number)
     return {"version": number, "files": files, "bundle": f"/api/v1/policy/versions/{number}/artifacts.zip"}
@@ -249,7 +254,8 @@ def artifacts_zip(number: Id, session: SessionDep, _: Reader) -> Response:
                     headers={"Content-Disposition": f'attachment; filename="policy-v{number}.zip"'})
 
 
-@router.post("/validate", summary="Validate a policy document (YAML or JSON text); 422 lists every error by path")
+@router.post("/validate", response_model=Validation,
+             summary="Validate a policy document (YAML or JSON text); 422 lists every error by path")
 def validate(body: DocumentIn, _: Reader, peaks: PeaksDep, buckets: BucketsDep) -> dict:
     doc, findings = check_document(body.document, measured_peak_mib=peaks, latency_buckets=buckets)
     errors = [e for e in findings if e.severity == "error"]
@@ -261,25 +267,28 @@ def validate(body: DocumentIn, _: Reader, peaks: PeaksDep, buckets: BucketsDep) 
 # ---- change requests ------------------------------------------------------------------------------
 
 
-@router.get("/changes", summary="Change requests, newest first")
+@router.get("/changes", response_model=list[ChangePublic], summary="Change requests, newest first")
 def list_changes(session: SessionDep, _: Reader, state: str | None = None) -> list[dict]:
     return [change_out(session, c) for c in changes.list_changes(session=session, state=state)]
 
 
-@router.post("/changes", status_code=201, summary="Start a draft change request against the current version")
+@router.post("/changes", status_code=201, response_model=ChangeDetail,
+             summary="Start a draft change request against the current version")
 def create_change(body: ChangeIn, session: SessionDep, user: Operator, peaks: PeaksDep) -> dict:
     change = changes.create_change(session=session, actor=user.name, title=body.title,
                                    justification=body.justification, document=body.document)
     return change_out(session, change, detail=True, peaks=peaks)
 
 
-@router.get("/changes/{change_id}", summary="A change request with its validation, diff, comments and decisions")
+@router.get("/changes/{change_id}", response_model=ChangeDetail,
+            summary="A change request with its validation, diff, comments and decisions")
 def show_change(change_id: Id, session: SessionDep, _: Reader, peaks: PeaksDep, buckets: BucketsDep) -> dict:
     return change_out(session, changes.get_change(session=session, change_id=change_id), detail=True, peaks=peaks,
                       buckets=buckets)
 
 
-@router.get("/changes/{change_id}/preview", summary="Validation, diff, capacity impact and invoice impact")
+@router.get("/changes/{change_id}/preview", response_model=Preview, response_model_exclude_unset=True,
+            summary="Validation, diff, capacity impact and invoice impact")
 def preview_change(change_id: Id, session: SessionDep, _: Reader, peaks: PeaksDep, buckets: BucketsDep,
                    month: Annotated[str | None, Query(description="Billing month to re-rate, YYYY-MM (default: last month)")] = None) -> dict:
     change = changes.get_change(session=session, change_id=change_id)
@@ -287,48 +296,54 @@ def preview_change(change_id: Id, session: SessionDep, _: Reader, peaks: PeaksDe
                                    latency_buckets=buckets)
 
 
-@router.patch("/changes/{change_id}", summary="Edit a draft (author only; 409 once submitted)")
+@router.patch("/changes/{change_id}", response_model=ChangeDetail,
+              summary="Edit a draft (author only; 409 once submitted)")
 def update_change(change_id: Id, body: ChangeUpdate, session: SessionDep, user: Operator, peaks: PeaksDep) -> dict:
     change = changes.update_change(session=session, change_id=change_id, actor=user.name, title=body.title,
                                    justification=body.justification, document=body.document)
     return change_out(session, change, detail=True, peaks=peaks)
 
 
-@router.post("/changes/{change_id}/fields", summary="Structured edit of a draft: set one field by its path")
+@router.post("/changes/{change_id}/fields", response_model=ChangeDetail,
+             summary="Structured edit of a draft: set one field by its path")
 def set_change_field(change_id: Id, body: FieldIn, session: SessionDep, user: Operator, peaks: PeaksDep) -> dict:
     change = changes.set_field(session=session, change_id=change_id, actor=user.name, path=body.path, value=body.value)
     return change_out(session, change, detail=True, peaks=peaks)
 
 
-@router.post("/changes/{change_id}/submit", summary="Submit for review; 422 with field paths while the document has errors")
+@router.post("/changes/{change_id}/submit", response_model=ChangePublic,
+             summary="Submit for review; 422 with field paths while the document has errors")
 def submit_change(change_id: Id, session: SessionDep, user: Operator, peaks: PeaksDep) -> dict:
     return change_out(session, changes.submit(session=session, change_id=change_id, actor=user.name, measured_peaks=peaks))
 
 
-@router.post("/changes/{change_id}/approve", summary="Approve (a reviewer who is not the author)")
+@router.post("/changes/{change_id}/approve", response_model=ChangePublic,
+             summary="Approve (a reviewer who is not the author)")
 def approve_change(change_id: Id, session: SessionDep, user: Reviewer, body: DecisionIn | None = None) -> dict:
     comment = body.comment if body else ""
     return change_out(session, changes.approve(session=session, change_id=change_id, actor=user.name, comment=comment))
 
 
-@router.post("/changes/{change_id}/reject", summary="Reject (a reviewer who is not the author)")
+@router.post("/changes/{change_id}/reject", response_model=ChangePublic, summary="Reject (a reviewer who is not the author)")
 def reject_change(change_id: Id, session: SessionDep, user: Reviewer, body: DecisionIn | None = None) -> dict:
     comment = body.comment if body else ""
     return change_out(session, changes.reject(session=session, change_id=change_id, actor=user.name, comment=comment))
 
 
-@router.post("/changes/{change_id}/withdraw", summary="Withdraw (author only)")
+@router.post("/changes/{change_id}/withdraw", response_model=ChangePublic, summary="Withdraw (author only)")
 def withdraw_change(change_id: Id, session: SessionDep, user: Operator) -> dict:
     return change_out(session, changes.withdraw(session=session, change_id=change_id, actor=user.name))
 
 
-@router.post("/changes/{change_id}/comments", status_code=201, summary="Comment on a change request")
+@router.post("/changes/{change_id}/comments", status_code=201, response_model=CommentPublic,
+             summary="Comment on a change request")
 def comment_change(change_id: Id, body: CommentIn, session: SessionDep, user: Reader) -> dict:
     comment = changes.add_comment(session=session, change_id=change_id, actor=user.name, body=body.body)
     return {"id": comment.id, "author": comment.author, "body": comment.body, "created_at": comment.created_at}
 
 
-@router.post("/changes/{change_id}/rebase", summary="Three-way merge onto the current version; conflicts listed field by field")
+@router.post("/changes/{change_id}/rebase", response_model=Rebase, response_model_exclude_unset=True,
+             summary="Three-way merge onto the current version; conflicts listed field by field")
 def rebase_change(change_id: Id, session: SessionDep, user: Operator) -> dict:
     return changes.rebase(session=session, change_id=change_id, actor=user.name)
 
@@ -336,24 +351,24 @@ def rebase_change(change_id: Id, session: SessionDep, user: Operator) -> dict:
 # ---- releases -------------------------------------------------------------------------------------
 
 
-@router.get("/releases", summary="Releases, newest planned first")
+@router.get("/releases", response_model=list[ReleasePublic], summary="Releases, newest planned first")
 def list_releases(session: SessionDep, _: Reader, state: str | None = None) -> list[dict]:
     return [release_out(session, r) for r in releases.list_releases(session=session, state=state)]
 
 
-@router.post("/releases", status_code=201, summary="Plan a release")
+@router.post("/releases", status_code=201, response_model=ReleasePublic, summary="Plan a release")
 def create_release(body: ReleaseIn, session: SessionDep, user: Operator) -> dict:
     release = releases.create_release(session=session, actor=user.name, name=body.name, service=body.service,
                                       planned_at=body.planned_at)
     return release_out(session, release)
 
 
-@router.get("/releases/{release_id}", summary="One release and its change requests")
+@router.get("/releases/{release_id}", response_model=ReleasePublic, summary="One release and its change requests")
 def show_release(release_id: Id, session: SessionDep, _: Reader) -> dict:
     return release_out(session, releases.get_release(session=session, release_id=release_id))
 
 
-@router.patch("/releases/{release_id}", summary="Edit a planned release")
+@router.patch("/releases/{release_id}", response_model=ReleasePublic, summary="Edit a planned release")
 def update_release(release_id: Id, body: ReleaseUpdate, session: SessionDep, user: Operator) -> dict:
     release = releases.update_release(session=session, release_id=release_id, actor=user.name, name=body.name,
                                       service=body.service, planned_at=body.planned_at)
@@ -366,19 +381,22 @@ def delete_release(release_id: Id, session: SessionDep, user: Operator) -> Respo
     return Response(status_code=204)
 
 
-@router.post("/releases/{release_id}/changes", status_code=201, summary="Attach an approved change request")
+@router.post("/releases/{release_id}/changes", status_code=201, response_model=ReleasePublic,
+             summary="Attach an approved change request")
 def attach_change(release_id: Id, body: AttachIn, session: SessionDep, user: Operator) -> dict:
     releases.attach(session=session, release_id=release_id, change_id=body.change_id, actor=user.name)
     return release_out(session, releases.get_release(session=session, release_id=release_id))
 
 
-@router.delete("/releases/{release_id}/changes/{change_id}", summary="Detach a change request from a planned release")
+@router.delete("/releases/{release_id}/changes/{change_id}", response_model=ReleasePublic,
+               summary="Detach a change request from a planned release")
 def detach_change(release_id: Id, change_id: Id, session: SessionDep, user: Operator) -> dict:
     releases.detach(session=session, release_id=release_id, change_id=change_id, actor=user.name)
     return release_out(session, releases.get_release(session=session, release_id=release_id))
 
 
-@router.post("/releases/{release_id}/apply", summary="Apply policy: the release's requests become the active version")
+@router.post("/releases/{release_id}/apply", response_model=ReleaseVersion,
+             summary="Apply policy: the release's requests become the active version")
 def apply_release(release_id: Id, body: ApplyIn, session: SessionDep, user: Operator, idem: IdempotencyDep) -> Any:
     """With an `Idempotency-Key` header a retry gets the first answer again instead of a 409."""
     replayed = idem.replay()
@@ -390,12 +408,13 @@ def apply_release(release_id: Id, body: ApplyIn, session: SessionDep, user: Oper
     return idem.remember(json_response({**release_out(session, release), "version": version_out(version)}))
 
 
-@router.post("/releases/{release_id}/deploy", summary="Mark deployed (only after apply)")
+@router.post("/releases/{release_id}/deploy", response_model=ReleasePublic, summary="Mark deployed (only after apply)")
 def deploy_release(release_id: Id, session: SessionDep, user: Operator) -> dict:
     return release_out(session, releases.deploy_release(session=session, release_id=release_id, actor=user.name))
 
 
-@router.post("/releases/{release_id}/rollback", summary="A new version equal to the one before the release")
+@router.post("/releases/{release_id}/rollback", response_model=ReleaseVersion,
+             summary="A new version equal to the one before the release")
 def rollback_release(release_id: Id, session: SessionDep, user: Operator, body: RollbackIn | None = None) -> dict:
     version = releases.rollback_release(session=session, release_id=release_id, actor=user.name,
                                         effective_from=body.effective_from if body else None)
@@ -406,7 +425,8 @@ def rollback_release(release_id: Id, session: SessionDep, user: Operator, body: 
 # ---- audit log ------------------------------------------------------------------------------------
 
 
-@router.get("/audit", summary="The append-only audit log, newest first, with filters and cursor pagination")
+@router.get("/audit", response_model=Page[AuditOut],
+            summary="The append-only audit log, newest first, with filters and cursor pagination")
 def audit(
     session: SessionDep,
     _: Reader,

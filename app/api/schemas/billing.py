@@ -1,0 +1,199 @@
+"""Billing response schemas: periods, invoices, the platform statement, corrections (money as decimal strings)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from app.api.schemas import DecimalText, Out
+from app.billing.models import PeriodStatus
+
+Status = Literal[PeriodStatus.OPEN, PeriodStatus.RATED, PeriodStatus.FINALIZED]
+
+
+class PeriodHashes(Out):
+    csv: str | None
+    focus: str | None
+    pdf: str | None
+
+
+class PeriodSummary(Out):
+    """A billing month; one never rated (status open) carries only the fields up to `finalized_at`."""
+
+    period: str = Field(description="YYYY-MM")
+    status: Status
+    starts_at: datetime
+    ends_at: datetime
+    revision: int
+    rated_at: datetime | None
+    rated_by: str | None = Field(default=None, description="null for tenant members")
+    finalized_at: datetime | None
+    finalized_by: str | None = Field(default=None, description="null for tenant members")
+    accept_gaps_reason: str | None = None
+    accept_unpooled_reason: str | None = None
+    unpooled_gpu_hours: DecimalText | None = None
+    hours_expected: int | None = None
+    hours_ok: int | None = None
+    gap_hours: int | None = None
+    missing_hours: int | None = None
+    hashes: PeriodHashes | None = Field(default=None, description="SHA-256 of each export, once finalized")
+
+
+class InvoiceSummary(Out):
+    tenant: str
+    department: str
+    gpu_hours: DecimalText
+    total: DecimalText
+
+
+class DepartmentTotal(Out):
+    department: str
+    tenants: list[str]
+    total: DecimalText
+
+
+class InvoiceList(Out):
+    period: str
+    status: Status
+    currency: str
+    invoices: list[InvoiceSummary]
+    departments: list[DepartmentTotal]
+    next_cursor: str | None = None
+
+
+class ChargeLine(Out):
+    line_id: str
+    account: str
+    department: str
+    pool: str
+    kind: str
+    klass: str = Field(alias="class")
+    service: str
+    policy_version: int
+    charge_start: datetime
+    charge_end: datetime = Field(description="exclusive")
+    quantity: DecimalText
+    unit: str
+    amount: DecimalText
+    correction: bool
+    corrects: str | None = Field(description="The line a correction corrects")
+    reason: str | None
+
+
+class TenantGpuHours(Out):
+    pool: str
+    klass: str = Field(alias="class")
+    busy: DecimalText
+    dark: DecimalText
+    total: DecimalText
+    efficiency: float | None
+
+
+class Invoice(Out):
+    """One tenant's invoice for a period."""
+
+    period: str
+    status: Status
+    tenant: str
+    department: str
+    currency: str
+    lines: list[ChargeLine]
+    gpu_hours: list[TenantGpuHours]
+    gpu_hours_total: DecimalText
+    efficiency: float | None
+    penalties_paid: DecimalText
+    credits_received: DecimalText
+    corrections: DecimalText
+    total: DecimalText
+
+
+class Balance(Out):
+    platform_idle: DecimalText
+    platform_dark_discount: DecimalText
+    platform_reserved_unused: DecimalText
+    platform_rounding: DecimalText
+
+
+class PoolBalance(Out):
+    """C of one pool against what was charged: conserved when charges + balance = cost to the cent."""
+
+    pool: str
+    charges: DecimalText
+    transfers: DecimalText
+    platform_idle: DecimalText
+    platform_dark_discount: DecimalText
+    platform_reserved_unused: DecimalText
+    platform_rounding: DecimalText
+    cost: DecimalText
+    balance: DecimalText
+    difference: DecimalText
+    conserved: bool
+
+
+class Unallocated(Out):
+    gpu_hours: DecimalText
+    amount: DecimalText
+
+
+class UnpooledUse(Out):
+    tenant: str
+    klass: str = Field(alias="class")
+    gpu_hours: DecimalText
+
+
+class Unpooled(Out):
+    hours: int
+    max_gpus: int
+    capacity_gpu_hours: DecimalText
+    used_gpu_hours: DecimalText
+    usage: list[UnpooledUse]
+    accept_reason: str | None
+
+
+class UnattributedBreach(Out):
+    service: str
+    pool: str
+    minute_end: datetime
+    penalty: DecimalText
+
+
+class QualityCut(Out):
+    findings: int
+    gpu_hours_cut: DecimalText
+
+
+class DataQuality(QualityCut):
+    by_pool: dict[str, QualityCut]
+
+
+class Statement(Out):
+    """The platform statement of a period: balance lines, unallocated use, gaps, unattributed breaches, conservation."""
+
+    period: str
+    status: Status
+    currency: str
+    balance: Balance
+    balance_total: DecimalText
+    unallocated: Unallocated
+    pools: list[PoolBalance]
+    cost_total: DecimalText
+    conserved: bool
+    hours_expected: int
+    hours_ok: int
+    gap_hours: list[str] = Field(description="Hours (ISO 8601) Prometheus could not answer")
+    missing_hours: list[str] = Field(description="Hours (ISO 8601) never ingested")
+    accept_gaps_reason: str | None
+    unpooled: Unpooled
+    unattributed_breaches: list[UnattributedBreach]
+    unattributed_penalty_total: DecimalText
+    platform_lines: list[ChargeLine]
+    data_quality: DataQuality
+
+
+class Correction(Out):
+    line_id: str
+    corrects: str
+    amount: DecimalText
+    reason: str
