@@ -17,13 +17,13 @@ from app.auth.deps import CurrentUser, Principal
 from app.billing.loader import DocumentCache
 from app.billing.models import BillingPeriod
 from app.core.deps import SessionDep
+from app.http.templating import render
 from app.metrics.models import IngestHour
 from app.policy.models import PolicyVersion
 from app.web import dashboard_queries as dq
 from app.web import dashboard_sla as ds
 from app.web.dashboard_common import active_document, chart_json, presets, resolve
 from app.web.queries import DateRange
-from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
 

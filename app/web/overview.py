@@ -13,8 +13,8 @@ from app.auth.deps import CurrentUser
 from app.core.deps import SessionDep
 from app.core.settings import get_settings
 from app.core.timeutil import utcnow
+from app.http.templating import render
 from app.web import dashboard_overview, queries
-from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
 

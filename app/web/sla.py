@@ -11,10 +11,10 @@ from starlette.responses import Response
 from app.auth.deps import CurrentUser
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
+from app.http.templating import render
 from app.web import dashboard_sla as ds
 from app.web.dashboard_common import active_document, chart_json, range_context, resolve
 from app.web.dashboard_queries import days_of
-from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
 

@@ -6,9 +6,10 @@ import pytest
 from sqlmodel import select
 from starlette.requests import Request
 
-from app.api.common import conditional, decode_cursor, encode_cursor, etag_for, paginate
 from app.core.audit import AuditEntry
 from app.core.errors import Invalid
+from app.http.pagination import decode_cursor, encode_cursor, paginate
+from app.http.responses import conditional, etag_for
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
