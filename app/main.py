@@ -10,15 +10,15 @@ from app.api import directory as api_directory
 from app.api import policy as api_policy
 from app.api import system as api_system
 from app.api import usage as api_usage
-from app.api.common import problem_openapi
-from app.api.limits import InputLimitsMiddleware
 from app.auth import routes as auth_routes
-from app.auth.sessions import CsrfCookieMiddleware
-from app.core import problems
+from app.auth.sessions import CsrfCookieMiddleware, csrf_context
 from app.core.resources import resource_path
+from app.http import problems, templating
+from app.http.limits import InputLimitsMiddleware
 from app.web import billing as web_billing
 from app.web import doctor as web_doctor
 from app.web import fleet as web_fleet
+from app.web.navigation import navigation_context
 from app.web import overview as web_overview
 from app.web import overview_panels as web_overview_panels
 from app.web import policy as web_policy
@@ -43,7 +43,9 @@ def create_app() -> FastAPI:
         swagger_ui_oauth2_redirect_url=None,
     )
     problems.install(app)
-    problem_openapi(app)
+    problems.problem_openapi(app)
+    templating.add_context_processor(csrf_context)
+    templating.add_context_processor(navigation_context)
     app.add_middleware(CsrfCookieMiddleware)
     app.add_middleware(InputLimitsMiddleware)  # outside routing and CSRF: before authentication and parsing
     app.add_middleware(api_system.SecurityHeadersMiddleware)

@@ -3,7 +3,14 @@
 from alembic import context
 from sqlmodel import SQLModel
 
-import app.core.registry  # noqa: F401  (all tables)
+# Every table module, so that SQLModel.metadata is complete; here, above the domains, so core imports none.
+import app.auth.models  # noqa: F401
+import app.billing.models  # noqa: F401
+import app.core.audit  # noqa: F401
+import app.http.idempotency  # noqa: F401
+import app.metrics.models  # noqa: F401
+import app.policy.models  # noqa: F401
+import app.policy.review_models  # noqa: F401
 from app.core.db import make_engine
 from app.core.settings import get_settings
 

@@ -15,19 +15,18 @@ from fastapi import APIRouter, Body, Query, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from app.api.common import CursorQuery, IdempotencyDep, conditional, decode_cursor, encode_cursor, json_response
 from app.api.schemas.billing import Correction, Invoice, InvoiceList, PeriodSummary, Statement
-from app.auth.deps import CurrentUser, Principal, require_roles
+from app.auth.deps import CurrentUser, Finance, IdempotencyDep, Staff
 from app.billing import exports, periods
 from app.billing.invoices import load_view, platform_statement, tenant_invoice
 from app.billing.period import rated_period
 from app.billing.totals import department_rollup, tenant_totals
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
+from app.http.pagination import CursorQuery, decode_cursor, encode_cursor
+from app.http.responses import conditional, json_response
 
 router = APIRouter(tags=["billing"])
-FINANCE = require_roles("finance")
-STAFF = require_roles("finance", "viewer", "operator", "reviewer")
 
 
 def to_json(value: Any) -> Any:
@@ -101,19 +100,20 @@ def get_invoice(period: str, tenant: str, request: Request, session: SessionDep,
     return conditional(request, to_json(tenant_invoice(load_view(session=session, period=row), tenant)))
 
 
-@router.get("/periods/{period}/statement", dependencies=[STAFF], response_model=Statement)
-def get_statement(period: str, session: SessionDep) -> dict:
+@router.get("/periods/{period}/statement", response_model=Statement)
+def get_statement(period: str, session: SessionDep, _: Staff) -> dict:
     """The platform statement: balance lines, unallocated use, gaps, unattributed breaches, conservation."""
     row = rated_period(session=session, month=period)
     return to_json(platform_statement(load_view(session=session, period=row)))
 
 
-@router.get("/periods/{period}/export", dependencies=[FINANCE], response_class=Response,
+@router.get("/periods/{period}/export", response_class=Response,
             responses={200: {"content": {"text/csv": {}, "application/pdf": {}}}, 304: {"description": "Not modified"}})
 def export(
     period: str,
     request: Request,
     session: SessionDep,
+    _: Finance,
     format: Annotated[Literal["csv", "focus", "pdf"], Query(description="csv | focus (FOCUS 1.2) | pdf")] = "csv",
 ) -> Response:
     """The period as CSV, FOCUS 1.2 CSV or PDF; finalized periods match their stored hash."""
@@ -134,7 +134,7 @@ def export(
 
 
 @router.post("/periods/{period}/rate", response_model=PeriodSummary)
-def rate(period: str, session: SessionDep, user: Annotated[Principal, FINANCE]) -> dict:
+def rate(period: str, session: SessionDep, user: Finance) -> dict:
     """Rate the period as a draft (re-ratable; 409 once finalized; 422 naming unpriced GPU models)."""
     row = periods.rate(session=session, period=period, actor=user.name)
     return to_json(periods.period_summary(row))
@@ -144,7 +144,7 @@ def rate(period: str, session: SessionDep, user: Annotated[Principal, FINANCE]) 
 def close(
     period: str,
     session: SessionDep,
-    user: Annotated[Principal, FINANCE],
+    user: Finance,
     idempotency: IdempotencyDep,
     body: Annotated[CloseRequest | None, Body()] = None,
 ) -> dict:
@@ -163,7 +163,7 @@ def close(
 
 
 @router.post("/periods/{period}/corrections", status_code=201, response_model=Correction)
-def correct(period: str, body: CorrectionRequest, session: SessionDep, user: Annotated[Principal, FINANCE]) -> dict:
+def correct(period: str, body: CorrectionRequest, session: SessionDep, user: Finance) -> dict:
     """Add to open period `period` a correction of a line of an earlier, finalized period."""
     line = periods.correct(
         session=session, period=period, line_id=body.line_id, amount=body.amount, reason=body.reason, actor=user.name

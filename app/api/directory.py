@@ -14,13 +14,13 @@ from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, Field
 from sqlmodel import select
 
-from app.api.common import MAX_ID, CursorQuery, LimitQuery, Page, paginate
 from app.api.schemas.audit import AuditOut
 from app.auth.deps import CurrentUser, Principal
 from app.core.audit import AuditEntry
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid, NotFound
 from app.core.timeutil import aware
+from app.http.pagination import MAX_ID, CursorQuery, LimitQuery, Page, paginate
 from app.policy.document import PolicyDocument
 from app.policy.service import active_version, load_document
 

@@ -14,30 +14,27 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import select
 from starlette.responses import Response
 
-from app.api.common import MAX_ID, IdempotencyDep, IdPath, Page, json_response
 from app.api.schemas.audit import AuditOut
 from app.api.schemas.policy import Artifacts, Validation, VersionDiff, VersionDocument, VersionPublic
 from app.api.schemas.review import ChangeDetail, ChangePublic, CommentPublic, Preview, Rebase, ReleasePublic, ReleaseVersion
-from app.auth.deps import Principal, require_roles
+from app.auth.deps import IdempotencyDep, Operator, Reviewer, Staff
 from app.core.audit import AuditEntry
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid
+from app.http.pagination import MAX_ID, IdPath, Page
+from app.http.responses import json_response
 from app.metrics.serving import bucket_lookup
 from app.policy import changes, changes_preview, releases
 from app.policy.models import PolicyVersion
+from app.policy.parsing import check_document
 from app.policy.review_models import ChangeRequest, Release
 from app.policy.service import active_version, get_version, latest_version, list_versions, load_document
-from app.policy.parsing import check_document
 from app.policy.validation import LatencyBuckets
 
 router = APIRouter(prefix="/policy", tags=["policy"])
 
 Id = IdPath
 
-READERS = ("operator", "reviewer", "finance", "viewer")
-Reader = Annotated[Principal, require_roles(*READERS)]
-Operator = Annotated[Principal, require_roles("operator")]
-Reviewer = Annotated[Principal, require_roles("reviewer")]
 
 
 def measured_peaks(session: SessionDep) -> dict[str, float] | None:
@@ -210,13 +207,13 @@ def release_out(session, release: Release) -> dict[str, Any]:
 
 
 @router.get("/versions", response_model=list[VersionPublic], summary="Every policy version, newest first")
-def versions(session: SessionDep, _: Reader) -> list[dict]:
+def versions(session: SessionDep, _: Staff) -> list[dict]:
     active = active_version(session=session)
     return [version_out(v, active_id=active.id if active else None) for v in reversed(list_versions(session=session))]
 
 
 @router.get("/versions/active", response_model=VersionDocument, summary="The version in effect now, with its document")
-def active(session: SessionDep, _: Reader) -> dict:
+def active(session: SessionDep, _: Staff) -> dict:
     version = active_version(session=session) or latest_version(session=session)
     if version is None:
         from app.core.errors import NotFound
@@ -227,7 +224,7 @@ def active(session: SessionDep, _: Reader) -> dict:
 
 @router.get("/versions/{number}", response_model=VersionDiff,
             summary="One version, its document and its diff against the previous version")
-def version(number: Id, session: SessionDep, _: Reader) -> dict:
+def version(number: Id, session: SessionDep, _: Staff) -> dict:
     from app.policy.diff import diff
 
     found = get_version(session=session, number=number)
@@ -241,14 +238,14 @@ def version(number: Id, session: SessionDep, _: Reader) -> dict:
 
 @router.get("/versions/{number}/artifacts", response_model=Artifacts,
             summary="The rendered artifacts of a version, file by file")
-def artifacts(number: Id, session: SessionDep, _: Reader) -> dict:
+def artifacts(number: Id, session: SessionDep, _: Staff) -> dict:
     files, bundle = releases.artifacts_for(session=session, version_id=number)
     return {"version": number, "files": files, "bundle": f"/api/v1/policy/versions/{number}/artifacts.zip"}
 
 
 @router.get("/versions/{number}/artifacts.zip", summary="The artifact bundle of a version (zip)",
             response_class=Response, responses={200: {"content": {"application/zip": {}}}})
-def artifacts_zip(number: Id, session: SessionDep, _: Reader) -> Response:
+def artifacts_zip(number: Id, session: SessionDep, _: Staff) -> Response:
     _, bundle = releases.artifacts_for(session=session, version_id=number)
     return Response(bundle, media_type="application/zip",
                     headers={"Content-Disposition": f'attachment; filename="policy-v{number}.zip"'})
@@ -256,7 +253,7 @@ def artifacts_zip(number: Id, session: SessionDep, _: Reader) -> Response:
 
 @router.post("/validate", response_model=Validation,
              summary="Validate a policy document (YAML or JSON text); 422 lists every error by path")
-def validate(body: DocumentIn, _: Reader, peaks: PeaksDep, buckets: BucketsDep) -> dict:
+def validate(body: DocumentIn, _: Staff, peaks: PeaksDep, buckets: BucketsDep) -> dict:
     doc, findings = check_document(body.document, measured_peak_mib=peaks, latency_buckets=buckets)
     errors = [e for e in findings if e.severity == "error"]
     if doc is None or errors:
@@ -268,7 +265,7 @@ def validate(body: DocumentIn, _: Reader, peaks: PeaksDep, buckets: BucketsDep) 
 
 
 @router.get("/changes", response_model=list[ChangePublic], summary="Change requests, newest first")
-def list_changes(session: SessionDep, _: Reader, state: str | None = None) -> list[dict]:
+def list_changes(session: SessionDep, _: Staff, state: str | None = None) -> list[dict]:
     return [change_out(session, c) for c in changes.list_changes(session=session, state=state)]
 
 
@@ -282,14 +279,14 @@ def create_change(body: ChangeIn, session: SessionDep, user: Operator, peaks: Pe
 
 @router.get("/changes/{change_id}", response_model=ChangeDetail,
             summary="A change request with its validation, diff, comments and decisions")
-def show_change(change_id: Id, session: SessionDep, _: Reader, peaks: PeaksDep, buckets: BucketsDep) -> dict:
+def show_change(change_id: Id, session: SessionDep, _: Staff, peaks: PeaksDep, buckets: BucketsDep) -> dict:
     return change_out(session, changes.get_change(session=session, change_id=change_id), detail=True, peaks=peaks,
                       buckets=buckets)
 
 
 @router.get("/changes/{change_id}/preview", response_model=Preview, response_model_exclude_unset=True,
             summary="Validation, diff, capacity impact and invoice impact")
-def preview_change(change_id: Id, session: SessionDep, _: Reader, peaks: PeaksDep, buckets: BucketsDep,
+def preview_change(change_id: Id, session: SessionDep, _: Staff, peaks: PeaksDep, buckets: BucketsDep,
                    month: Annotated[str | None, Query(description="Billing month to re-rate, YYYY-MM (default: last month)")] = None) -> dict:
     change = changes.get_change(session=session, change_id=change_id)
     return changes_preview.preview(session=session, change=change, measured_peaks=peaks, month=month,
@@ -337,7 +334,7 @@ def withdraw_change(change_id: Id, session: SessionDep, user: Operator) -> dict:
 
 @router.post("/changes/{change_id}/comments", status_code=201, response_model=CommentPublic,
              summary="Comment on a change request")
-def comment_change(change_id: Id, body: CommentIn, session: SessionDep, user: Reader) -> dict:
+def comment_change(change_id: Id, body: CommentIn, session: SessionDep, user: Staff) -> dict:
     comment = changes.add_comment(session=session, change_id=change_id, actor=user.name, body=body.body)
     return {"id": comment.id, "author": comment.author, "body": comment.body, "created_at": comment.created_at}
 
@@ -352,7 +349,7 @@ def rebase_change(change_id: Id, session: SessionDep, user: Operator) -> dict:
 
 
 @router.get("/releases", response_model=list[ReleasePublic], summary="Releases, newest planned first")
-def list_releases(session: SessionDep, _: Reader, state: str | None = None) -> list[dict]:
+def list_releases(session: SessionDep, _: Staff, state: str | None = None) -> list[dict]:
     return [release_out(session, r) for r in releases.list_releases(session=session, state=state)]
 
 
@@ -364,7 +361,7 @@ def create_release(body: ReleaseIn, session: SessionDep, user: Operator) -> dict
 
 
 @router.get("/releases/{release_id}", response_model=ReleasePublic, summary="One release and its change requests")
-def show_release(release_id: Id, session: SessionDep, _: Reader) -> dict:
+def show_release(release_id: Id, session: SessionDep, _: Staff) -> dict:
     return release_out(session, releases.get_release(session=session, release_id=release_id))
 
 
@@ -429,7 +426,7 @@ def rollback_release(release_id: Id, session: SessionDep, user: Operator, body: 
             summary="The append-only audit log, newest first, with filters and cursor pagination")
 def audit(
     session: SessionDep,
-    _: Reader,
+    _: Staff,
     actor: str | None = None,
     action: Annotated[str | None, Query(description="Exact action, or a prefix ending in '.' (e.g. 'change.')")] = None,
     entity: str | None = None,

@@ -3,7 +3,10 @@
 `get_principal` accepts `Authorization: Bearer <token>` on /api/* and the session cookie everywhere.
 A state-changing request authenticated by cookie must carry its CSRF token (403 otherwise); a token
 without the `write` scope may only read. No credentials: 401 problem+json on /api (with
-WWW-Authenticate), a redirect to /login for pages (rendered by app.core.problems).
+WWW-Authenticate), a redirect to /login for pages (rendered by app.http.problems).
+
+The role aliases (`Staff`, `Finance`, `Operator`, `Reviewer`, `Admin`) are defined here once for the
+JSON and the HTML routers; `IdempotencyDep` keys the Idempotency-Key store by the caller.
 """
 
 from __future__ import annotations
@@ -13,32 +16,17 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from app.auth import service
+from app.auth.principal import Principal
+from app.auth.sessions import SAFE_METHODS, SESSION_COOKIE, csrf_ok, unsign_session_id
 from app.core.deps import SessionDep
 from app.core.errors import AppError
-
-ROLES = ("admin", "operator", "reviewer", "finance", "viewer", "tenant")
-
-
-@dataclass(frozen=True)
-class Principal:
-    name: str
-    roles: frozenset[str]
-    tenants: frozenset[str] = field(default_factory=frozenset)  # for tenant members
-    user_id: int | None = None
-    via: str = "session"  # session | token
-    scopes: frozenset[str] = frozenset({"read", "write"})
-
-    def can_see_tenant(self, tenant: str) -> bool:
-        return bool(self.roles - {"tenant"}) or tenant in self.tenants
-
-    def visible_tenants(self) -> frozenset[str] | None:
-        """None means every tenant; otherwise the only tenants this principal may read."""
-        return None if self.roles - {"tenant"} else self.tenants
+from app.http.idempotency import Idempotency, idempotency_for
 
 
 @dataclass
 class AuthError(AppError):
-    """An AppError with response headers (WWW-Authenticate); app.core.problems copies them."""
+    """An AppError with response headers (WWW-Authenticate); app.http.problems copies them."""
 
     headers: dict[str, str] = field(default_factory=dict)
 
@@ -54,9 +42,6 @@ def _forbidden(detail: str) -> AppError:
 
 def _authenticate(request: Request, session: SessionDep) -> Principal:
     """Find the caller's credentials. Sync on purpose: FastAPI runs it in the threadpool, off the event loop."""
-    from app.auth import service
-    from app.auth.sessions import SAFE_METHODS, SESSION_COOKIE, unsign_session_id
-
     authorization = request.headers.get("authorization", "")
     if authorization and request.url.path.startswith("/api/"):
         scheme, _, raw = authorization.partition(" ")
@@ -76,8 +61,6 @@ def _authenticate(request: Request, session: SessionDep) -> Principal:
 
 async def get_principal(request: Request, principal: Annotated[Principal, Depends(_authenticate)]) -> Principal:
     """The caller, from a bearer token (API) or the session cookie; enforces CSRF and token scopes."""
-    from app.auth.sessions import SAFE_METHODS, csrf_ok
-
     if request.method not in SAFE_METHODS:
         if principal.via == "token" and "write" not in principal.scopes:
             raise _forbidden("This API token has read scope only")
@@ -99,3 +82,18 @@ def require_roles(*roles: str):
         raise _forbidden("Your role does not allow this")
 
     return Depends(_check)
+
+
+STAFF_ROLES = ("operator", "reviewer", "finance", "viewer")  # every role that reads all tenants
+Staff = Annotated[Principal, require_roles(*STAFF_ROLES)]
+Finance = Annotated[Principal, require_roles("finance")]
+Operator = Annotated[Principal, require_roles("operator")]
+Reviewer = Annotated[Principal, require_roles("reviewer")]
+Admin = Annotated[Principal, require_roles("admin")]
+
+
+async def _idempotency(request: Request, principal: CurrentUser, session: SessionDep) -> Idempotency:
+    return await idempotency_for(request, session=session, actor=principal.name)
+
+
+IdempotencyDep = Annotated[Idempotency, Depends(_idempotency)]

@@ -1,4 +1,4 @@
-"""Accounts: users, tenant membership, browser sessions, API tokens, login attempts, idempotency records.
+"""Accounts: users, tenant membership, browser sessions, API tokens, login attempts.
 
 Secrets are never stored: passwords as argon2 hashes, session ids and API tokens as SHA-256 digests.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Column, Index, Text
+from sqlalchemy import Index
 from sqlmodel import Field, SQLModel
 
 import app.core.models  # noqa: F401  (naming convention)
@@ -74,19 +74,3 @@ class LoginAttempt(SQLModel, table=True):
     ip: str
     at: datetime
     ok: bool
-
-
-class IdempotencyRecord(SQLModel, table=True):
-    """The stored answer to a POST sent with an Idempotency-Key, replayed for a retry of the same request."""
-
-    __tablename__ = "idempotency_record"
-
-    actor: str = Field(primary_key=True)
-    key: str = Field(primary_key=True)
-    method: str
-    path: str
-    fingerprint: str  # SHA-256 of method, path and body: the same key with another body is a conflict
-    status_code: int
-    content_type: str = ""
-    body: str = Field(default="", sa_column=Column(Text, nullable=False))
-    created_at: datetime = Field(index=True)

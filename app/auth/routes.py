@@ -9,20 +9,20 @@ from fastapi import APIRouter, Form, Request
 from pydantic import BaseModel, Field
 from starlette.responses import RedirectResponse, Response
 
-from app.api.common import CursorQuery, IdempotencyDep, IdPath, LimitQuery, Page, json_response, paginate
 from app.auth import service, tokens
-from app.auth.deps import CurrentUser, Principal, require_roles
+from app.auth.deps import Admin, CurrentUser, IdempotencyDep
 from app.auth.models import ROLES, SCOPES, ApiToken
 from app.auth.sessions import SESSION_COOKIE, clear_session_cookie, csrf_valid, set_session_cookie, unsign_session_id
 from app.core.deps import SessionDep
 from app.core.errors import AppError
-from app.core.problems import is_htmx
 from app.core.timeutil import utcnow
-from app.web.templating import render
+from app.http.htmx import is_htmx
+from app.http.pagination import CursorQuery, IdPath, LimitQuery, Page, paginate
+from app.http.responses import json_response
+from app.http.templating import render
 
 web = APIRouter(include_in_schema=False)
 api = APIRouter(tags=["tokens"])
-AdminOnly = Annotated[Principal, require_roles("admin")]
 
 
 def _safe_next(value: str | None) -> str:
@@ -107,7 +107,7 @@ def _users_page(request: Request, session, *, message: str = "", status_code: in
 
 
 @web.get("/admin/users")
-def users_page(request: Request, session: SessionDep, admin: AdminOnly) -> Response:
+def users_page(request: Request, session: SessionDep, admin: Admin) -> Response:
     return _users_page(request, session)
 
 
@@ -119,7 +119,7 @@ def _tenant_list(value: str) -> list[str]:
 def create_user(
     request: Request,
     session: SessionDep,
-    admin: AdminOnly,
+    admin: Admin,
     name: Annotated[str, Form(max_length=64)],
     role: Annotated[str, Form()],
     password: Annotated[str, Form(max_length=2000)],
@@ -136,7 +136,7 @@ def create_user(
 def update_user(
     request: Request,
     session: SessionDep,
-    admin: AdminOnly,
+    admin: Admin,
     user_id: IdPath,
     role: Annotated[str, Form()],
     tenants: Annotated[str, Form()] = "",
@@ -168,7 +168,7 @@ def _tokens_page(request: Request, session, *, new_token: str = "", message: str
 
 
 @web.get("/admin/tokens")
-def tokens_page(request: Request, session: SessionDep, admin: AdminOnly) -> Response:
+def tokens_page(request: Request, session: SessionDep, admin: Admin) -> Response:
     return _tokens_page(request, session)
 
 
@@ -176,7 +176,7 @@ def tokens_page(request: Request, session: SessionDep, admin: AdminOnly) -> Resp
 def create_token_form(
     request: Request,
     session: SessionDep,
-    admin: AdminOnly,
+    admin: Admin,
     scopes: Annotated[list[str], Form()],
     expires: Annotated[str, Form()] = "90d",
     label: Annotated[str, Form(max_length=100)] = "",
@@ -196,7 +196,7 @@ def create_token_form(
 
 
 @web.post("/admin/tokens/{token_id}/revoke")
-def revoke_token_form(request: Request, session: SessionDep, admin: AdminOnly, token_id: IdPath) -> Response:
+def revoke_token_form(request: Request, session: SessionDep, admin: Admin, token_id: IdPath) -> Response:
     row = service.revoke_token(session=session, token_id=token_id, actor=admin.name)
     if is_htmx(request):
         return _tokens_page(request, session, message=f"Token {row.prefix}… revoked.")

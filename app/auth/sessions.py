@@ -86,6 +86,11 @@ def csrf_token(conn: HTTPConnection) -> str:
     return csrf_token_for(csrf_nonce(conn), session_id)
 
 
+def csrf_context(conn: HTTPConnection) -> dict[str, str]:
+    """Template variable `csrf_token` for forms and `hx-headers` (a context processor of the page templates)."""
+    return {"csrf_token": csrf_token(conn)}
+
+
 def csrf_token_for(nonce: str, session_id: str) -> str:
     """The CSRF token for a browser nonce and a session id ("" before sign-in)."""
     key = get_settings().secret_key.encode()

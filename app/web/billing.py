@@ -10,18 +10,17 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from starlette.responses import RedirectResponse, Response
 
-from app.auth.deps import CurrentUser, Principal, require_roles
+from app.auth.deps import CurrentUser, Finance, Principal
 from app.billing import exports, periods
 from app.billing.invoices import invoice_summaries, load_view, platform_statement, tenant_invoice
 from app.billing.period import get_period, parse_period, rated_period, require_started
 from app.billing.models import PeriodStatus
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
-from app.core.problems import is_htmx
-from app.web.templating import render
+from app.http.htmx import is_htmx
+from app.http.templating import render
 
 router = APIRouter(include_in_schema=False)
-FINANCE = require_roles("finance")
 
 
 def _is_finance(user: Principal) -> bool:
@@ -88,7 +87,7 @@ def _back(request: Request, month: str) -> Response:
 
 
 @router.post("/billing/{period}/rate")
-def billing_rate(request: Request, period: str, session: SessionDep, user: Annotated[Principal, FINANCE]) -> Response:
+def billing_rate(request: Request, period: str, session: SessionDep, user: Finance) -> Response:
     row = periods.rate(session=session, period=period, actor=user.name)
     return _back(request, row.month)
 
@@ -98,7 +97,7 @@ def billing_close(
     request: Request,
     period: str,
     session: SessionDep,
-    user: Annotated[Principal, FINANCE],
+    user: Finance,
     accept_gaps: Annotated[bool, Form()] = False,
     accept_unpooled: Annotated[bool, Form()] = False,
     reason: Annotated[str, Form()] = "",

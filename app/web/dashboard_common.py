@@ -99,24 +99,3 @@ def sparkline(values: list[Decimal], *, width: int = 120, height: int = 28) -> s
         y = height - 2 - float(v / top) * (height - 4)
         points.append(f"{i * step:.1f},{y:.1f}")
     return " ".join(points)
-
-
-def htmx_target(request: Request) -> str:
-    return request.headers.get("hx-target", "")
-
-
-def merge_query(query: dict, **changes) -> str:
-    """A query string: `query` with `changes` applied and empty values dropped (a Jinja filter)."""
-    merged = {**query, **changes}
-    return urlencode({k: v for k, v in merged.items() if v not in (None, "")})
-
-
-def _install_filters() -> None:
-    from app.web.templating import templates
-
-    templates.env.filters.setdefault("merge_query", merge_query)
-    templates.env.filters.setdefault("pct", lambda v, digits=1: "–" if v is None else f"{float(v) * 100:.{digits}f}%")
-    templates.env.filters.setdefault("money", lambda v: "–" if v is None else f"{Decimal(v):,.2f}")
-
-
-_install_filters()

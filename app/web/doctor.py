@@ -7,15 +7,14 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from app.auth.deps import Principal, require_roles
+from app.auth.deps import Admin
 from app.core.deps import SessionDep
 from app.core.settings import get_settings
 from app.core.timeutil import epoch, utcnow
+from app.http.templating import render
 from app.web.dashboard_common import active_document
-from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
-AdminOnly = Annotated[Principal, require_roles("admin")]
 
 
 def doctor_target() -> str | None:
@@ -24,7 +23,7 @@ def doctor_target() -> str | None:
 
 
 @router.get("/admin/doctor")
-def doctor_page(request: Request, session: SessionDep, admin: AdminOnly,
+def doctor_page(request: Request, session: SessionDep, admin: Admin,
                 target: Annotated[str | None, Depends(doctor_target)]) -> Response:
     from app.metrics import doctor
     from app.metrics.prometheus_api import PromReader

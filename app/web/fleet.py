@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 from datetime import date
-from typing import Annotated
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.auth.deps import Principal, require_roles
+from app.auth.deps import Staff
 from app.core.deps import SessionDep
+from app.http.templating import render
 from app.metrics.attribution import UNPOOLED
 from app.metrics.occupancy_read import occupancy
 from app.policy.changes_preview import capacity_impact
 from app.web.dashboard_common import active_document, range_context, resolve
-from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
 # Fleet-wide capacity is not any one tenant's data: tenant members do not see this page (nav hides it too).
-Staff = Annotated[Principal, require_roles("operator", "reviewer", "finance", "viewer")]
 
 
 def _level(value) -> int:

@@ -13,10 +13,10 @@ from app.auth.deps import CurrentUser
 from app.core.deps import SessionDep
 from app.core.settings import get_settings
 from app.core.timeutil import utcnow
+from app.http.templating import render
 from app.metrics import usage_read
 from app.metrics.date_ranges import date_range
 from app.web import overview_panels
-from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
 

@@ -21,10 +21,10 @@ from app.metrics import usage_read
 from app.metrics.breaches_read import services
 from app.metrics.date_ranges import DateRange
 from app.metrics.ingestion_health import ingestion_health, ingestion_version
+from app.http.templating import render
 from app.policy.models import PolicyVersion
 from app.web.dashboard_common import active_document, chart_json, presets, resolve
 from app.billing.fleet_cost import month_cost
-from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
 

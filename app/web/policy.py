@@ -10,24 +10,21 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from starlette.responses import RedirectResponse, Response
 
-from app.api.policy import MAX_ID, READERS, BucketsDep, Id, PeaksDep
-from app.auth.deps import Principal, require_roles
+from app.api.policy import MAX_ID, BucketsDep, Id, PeaksDep
+from app.auth.deps import Operator, Reviewer, Staff
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid
-from app.core.problems import is_htmx
 from app.core.timeutil import aware
+from app.http.htmx import is_htmx
+from app.http.templating import render
 from app.policy import changes, changes_preview, releases
 from app.policy.models import PolicyVersion
+from app.policy.parsing import check_document
 from app.policy.review_models import ChangeState, ReleaseChange, ReleaseState
 from app.policy.service import active_version, dump_yaml, get_version, latest_version, list_versions, load_document
-from app.policy.parsing import check_document
-from app.web.templating import render
 
 router = APIRouter(prefix="/policy", include_in_schema=False)
 
-Reader = Annotated[Principal, require_roles(*READERS)]
-Operator = Annotated[Principal, require_roles("operator")]
-Reviewer = Annotated[Principal, require_roles("reviewer")]
 Text = Annotated[str, Form()]
 
 def _redirect(request: Request, url: str) -> Response:
@@ -58,7 +55,7 @@ def _required_when(value: str, path: str) -> datetime:
 
 
 @router.get("")
-def policy_home(request: Request, session: SessionDep, user: Reader) -> Response:
+def policy_home(request: Request, session: SessionDep, user: Staff) -> Response:
     version = active_version(session=session) or latest_version(session=session)
     head = latest_version(session=session)
     context = {
@@ -74,7 +71,7 @@ def policy_home(request: Request, session: SessionDep, user: Reader) -> Response
 
 
 @router.get("/versions")
-def history(request: Request, session: SessionDep, user: Reader) -> Response:
+def history(request: Request, session: SessionDep, user: Staff) -> Response:
     from app.policy.diff import diff
 
     versions = list_versions(session=session)
@@ -89,7 +86,7 @@ def history(request: Request, session: SessionDep, user: Reader) -> Response:
 
 
 @router.get("/versions/{number}")
-def version_page(number: Id, request: Request, session: SessionDep, user: Reader) -> Response:
+def version_page(number: Id, request: Request, session: SessionDep, user: Staff) -> Response:
     from sqlmodel import select
 
     from app.policy.diff import diff
@@ -107,7 +104,7 @@ def version_page(number: Id, request: Request, session: SessionDep, user: Reader
 
 
 @router.get("/changes")
-def change_list(request: Request, session: SessionDep, user: Reader, state: str | None = None) -> Response:
+def change_list(request: Request, session: SessionDep, user: Staff, state: str | None = None) -> Response:
     return render(request, "policy/changes.html", {"title": "Change requests", "state": state or "",
                                                    "states": ChangeState.ALL,
                                                    "changes": changes.list_changes(session=session, state=state or None)})
@@ -130,7 +127,7 @@ def change_create(request: Request, session: SessionDep, user: Operator, title: 
 
 
 @router.post("/validate")
-def validate_fragment(request: Request, user: Reader, peaks: PeaksDep, buckets: BucketsDep, document: Text = "") -> Response:
+def validate_fragment(request: Request, user: Staff, peaks: PeaksDep, buckets: BucketsDep, document: Text = "") -> Response:
     """The editor's live check: always 200, with an errors-and-warnings fragment."""
     if len(document) > changes.MAX_DOCUMENT_CHARS:
         findings, parsed = [FieldError("document", f"at most {changes.MAX_DOCUMENT_CHARS} characters")], False
@@ -141,7 +138,7 @@ def validate_fragment(request: Request, user: Reader, peaks: PeaksDep, buckets: 
 
 
 @router.get("/changes/{change_id}")
-def change_page(change_id: Id, request: Request, session: SessionDep, user: Reader, peaks: PeaksDep, buckets: BucketsDep,
+def change_page(change_id: Id, request: Request, session: SessionDep, user: Staff, peaks: PeaksDep, buckets: BucketsDep,
                 month: str | None = None) -> Response:
     change = changes.get_change(session=session, change_id=change_id)
     from sqlmodel import select
@@ -225,7 +222,7 @@ def change_rebase(change_id: Id, request: Request, session: SessionDep, user: Op
 
 
 @router.post("/changes/{change_id}/comments")
-def change_comment(change_id: Id, request: Request, session: SessionDep, user: Reader, body: Text = "") -> Response:
+def change_comment(change_id: Id, request: Request, session: SessionDep, user: Staff, body: Text = "") -> Response:
     changes.add_comment(session=session, change_id=change_id, actor=user.name, body=body)
     return _redirect(request, f"/policy/changes/{change_id}#comments")
 
@@ -234,7 +231,7 @@ def change_comment(change_id: Id, request: Request, session: SessionDep, user: R
 
 
 @router.get("/releases")
-def release_board(request: Request, session: SessionDep, user: Reader) -> Response:
+def release_board(request: Request, session: SessionDep, user: Staff) -> Response:
     from sqlmodel import select
 
     everything = releases.list_releases(session=session)
@@ -297,7 +294,7 @@ def release_rollback(release_id: Id, request: Request, session: SessionDep, user
 
 
 @router.get("/audit")
-def audit_page(request: Request, session: SessionDep, user: Reader, actor: str = "", action: str = "",
+def audit_page(request: Request, session: SessionDep, user: Staff, actor: str = "", action: str = "",
                entity: str = "", entity_id: str = "", cursor: str = "") -> Response:
     rows, next_cursor = changes.audit_entries(session=session, actor=actor or None, action=action or None,
                                               entity=entity or None, entity_id=entity_id or None, limit=50,

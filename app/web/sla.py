@@ -12,10 +12,10 @@ from app.auth.deps import CurrentUser
 from app.billing.sla_penalties import add_penalties
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
+from app.http.templating import render
 from app.metrics.breaches_read import breach_minutes, services
 from app.metrics.date_ranges import days_of
 from app.web.dashboard_common import active_document, chart_json, range_context, resolve
-from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
 

@@ -12,10 +12,11 @@ from app.auth.deps import CurrentUser
 from app.billing.totals import month_spend, tenant_history
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
+from app.http.htmx import htmx_target
+from app.http.templating import render
 from app.metrics.tenant_usage_read import quota_use, tenant_daily
 from app.web import dashboard_tenants as dt
-from app.web.dashboard_common import active_document, chart_json, htmx_target, range_context, resolve, sparkline
-from app.web.templating import render
+from app.web.dashboard_common import active_document, chart_json, range_context, resolve, sparkline
 
 router = APIRouter(include_in_schema=False)
 

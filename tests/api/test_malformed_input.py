@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from app.api.common import decode_cursor, encode_cursor
 from app.auth import service
 from app.core.errors import Invalid
+from app.http.pagination import decode_cursor, encode_cursor
 from tests.auth.fixtures import make_user, sign_in
 from tests.policy.review_builders import draft, seed
 

@@ -7,7 +7,7 @@ import pytest
 from fastapi import APIRouter, Query
 
 from app.core.errors import Conflict, FieldError, Invalid
-from app.core.problems import PROBLEM_JSON
+from app.http.problems import PROBLEM_JSON
 
 pytestmark = pytest.mark.anyio
 

@@ -1,6 +1,7 @@
 """One place that turns every error into RFC 9457 problem+json (API) or a readable page/fragment (HTML).
 
-`install(app)` registers the handlers; `create_app` calls it. Business code raises `AppError`
+`install(app)` registers the handlers and `problem_openapi(app)` documents them (the `Problem`
+schema on every /api error response); `create_app` calls both. Business code raises `AppError`
 (app.core.errors) and never builds error responses itself. An exception may carry a `headers`
 mapping (e.g. `WWW-Authenticate`, `Retry-After`); the handler copies it onto the response.
 """
@@ -15,35 +16,17 @@ from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from app.core.errors import AppError, FieldError
+from app.http.htmx import is_htmx, wants_html
+from app.http.templating import render_error
 
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("app.errors")
-
-# Paths that always answer in JSON, whatever the Accept header says.
-_MACHINE_PREFIXES = ("/api/", "/healthz", "/metrics")
-
-
-def wants_html(request: Request) -> bool:
-    """True when the caller is a browser page (not /api, not a probe, not an explicit JSON client)."""
-    path = request.url.path
-    if path.startswith(_MACHINE_PREFIXES):
-        return False
-    accept = request.headers.get("accept", "")
-    return not ("application/json" in accept and "text/html" not in accept)
-
-
-def is_htmx(request: Request) -> bool:
-    """True for an htmx-issued request that expects a fragment rather than a page.
-
-    A history restore (Back after an htmx navigation, with historyCacheSize 0) replaces the whole body: it gets the page.
-    """
-    headers = request.headers
-    return (headers.get("hx-request") == "true" and headers.get("hx-boosted") != "true"
-            and headers.get("hx-history-restore-request") != "true")
 
 
 def problem_response(request: Request, error: AppError, headers: dict[str, str] | None = None) -> Response:
@@ -69,8 +52,6 @@ def _login_redirect(request: Request) -> Response:
 
 def _html_error(request: Request, error: AppError, headers: dict[str, str]) -> Response:
     try:
-        from app.web.templating import render_error
-
         return render_error(request, error, headers=headers)
     except Exception:  # the error page itself must never fail; fall back to bare HTML
         log.exception("error page rendering failed")
@@ -136,3 +117,70 @@ def install(app: FastAPI) -> None:
     }
     for exc_class, handler in handlers.items():
         app.add_exception_handler(exc_class, handler)
+
+
+# ---- problems in the OpenAPI document ---------------------------------------------------------
+
+
+class ProblemError(BaseModel):
+    path: str
+    message: str
+    severity: str = "error"
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details, as every /api error is answered."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    errors: list[ProblemError] | None = None
+
+
+_PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+_STANDARD = {
+    "401": "Missing, unknown, expired or revoked credentials",
+    "403": "The caller's role, token scope or CSRF token does not allow this",
+    "404": "Not found, or not visible to the caller",
+    "422": "A parameter or the body is not valid; `errors` names each field path",
+    "500": "Unexpected server error (logged; no internals disclosed)",
+}
+
+
+def problem_openapi(app: FastAPI) -> None:
+    """Make `app.openapi()` document every /api error as application/problem+json with the Problem schema."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes, description=app.description)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components["Problem"] = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(components["Problem"].pop("$defs", {}))
+        for name in ("HTTPValidationError", "ValidationError"):
+            components.pop(name, None)
+        schema["components"]["securitySchemes"] = {
+            "bearerAuth": {"type": "http", "scheme": "bearer", "description": "An API token (cbt_...)"}
+        }
+        for path, operations in schema.get("paths", {}).items():
+            if not path.startswith("/api/"):
+                continue
+            for method, operation in operations.items():
+                operation.setdefault("security", [{"bearerAuth": []}])
+                responses = operation.setdefault("responses", {})
+                wanted = dict(_STANDARD)
+                if method in ("post", "put", "patch", "delete"):
+                    wanted["409"] = "Conflicts with the current state (or a request with the same Idempotency-Key still in progress)"
+                    wanted["400"] = "The body could not be parsed (not valid JSON or form data)"
+                    wanted["413"] = "The body is larger than the configured limit (CHARGEBACK_MAX_BODY_BYTES)"
+                for status, description in wanted.items():
+                    responses.setdefault(status, {"description": description})
+                for status, response in responses.items():
+                    if status[:1] in ("4", "5"):
+                        response["content"] = {"application/problem+json": {"schema": _PROBLEM_REF}}
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.core.errors import AppError, FieldError, Invalid
+from app.http.problems import problem_response
 
 # A JSON string escape for NUL preceded by an even number of backslashes (an odd number is literal text).
 _JSON_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000", re.IGNORECASE)
@@ -97,8 +98,6 @@ class InputLimitsMiddleware:
         return self._max
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, error: AppError) -> None:
-        from app.core.problems import problem_response
-
         response = problem_response(Request(scope), error, headers={"Connection": "close"} if error.status == 413 else None)
         await response(scope, receive, send)
 

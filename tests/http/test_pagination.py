@@ -1,14 +1,13 @@
-"""API helpers for every domain: keyset pagination with opaque cursors, ETag/If-None-Match."""
+"""Keyset pagination with opaque cursors."""
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlmodel import select
-from starlette.requests import Request
 
-from app.api.common import conditional, decode_cursor, encode_cursor, etag_for, paginate
 from app.core.audit import AuditEntry
 from app.core.errors import Invalid
+from app.http.pagination import decode_cursor, encode_cursor, paginate
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -74,24 +73,3 @@ def test_bad_cursors_are_422_naming_the_parameter(cursor):
 def test_cursor_round_trip_keeps_types():
     when = datetime(2026, 11, 30, 12, 30, tzinfo=UTC)
     assert decode_cursor(encode_cursor([when, 42, "a"]), [datetime, int, str]) == [when, 42, "a"]
-
-
-def _request(headers: dict[str, str], method: str = "GET") -> Request:
-    raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
-    return Request({"type": "http", "method": method, "path": "/", "headers": raw})
-
-
-def test_etag_and_if_none_match():
-    body = {"tenant": "search", "total": "12.50"}
-    first = conditional(_request({}), body)
-    assert first.status_code == 200
-    etag = first.headers["etag"]
-    assert etag == etag_for(first.body) and etag.startswith('"')
-    assert conditional(_request({"If-None-Match": etag}), body).status_code == 304
-    assert conditional(_request({"If-None-Match": f'"other", W/{etag}'}), body).status_code == 304
-    assert conditional(_request({"If-None-Match": "*"}), body).status_code == 304
-    changed = conditional(_request({"If-None-Match": etag}), {**body, "total": "12.51"})
-    assert changed.status_code == 200 and changed.headers["etag"] != etag
-    assert conditional(_request({"If-None-Match": etag}, method="POST"), body).status_code == 200
-    csv = conditional(_request({}), b"a,b\n1,2\n", media_type="text/csv")
-    assert csv.headers["content-type"].startswith("text/csv") and csv.body == b"a,b\n1,2\n"

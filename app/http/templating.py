@@ -1,51 +1,27 @@
 """Jinja2 rendering for pages: the whole page normally, only the `content` block for htmx requests.
 
-Every template gets `principal` (None before login), `csrf_token`, `nav` and `current_path`.
+Every template gets `current_path`; the layers above add their own variables with
+`add_context_processor` (auth: `csrf_token`; web: `principal` and `nav`), so this kit knows no roles.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlencode
 
 from jinja2_fragments.fastapi import Jinja2Blocks
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.auth.sessions import csrf_token
 from app.core.errors import AppError
-from app.core.problems import is_htmx
 from app.core.resources import resource_path
-
-# (label, href, roles that see it; None = everyone signed in)
-NAV: list[tuple[str, str, frozenset[str] | None]] = [
-    ("Overview", "/", None),
-    ("Tenants", "/tenants", None),
-    ("Fleet", "/fleet", frozenset({"admin", "operator", "reviewer", "finance", "viewer"})),
-    ("SLA", "/sla", None),
-    ("Billing", "/billing", None),
-    ("Policy", "/policy", frozenset({"admin", "operator", "reviewer", "finance", "viewer"})),
-    ("Admin", "/admin/users", frozenset({"admin"})),
-]
-
-
-def _is_current(href: str, path: str) -> bool:
-    if href == "/":
-        return path == "/"
-    section = "/admin" if href.startswith("/admin/") else href
-    return path == section or path.startswith(section + "/")
+from app.http.htmx import is_htmx
 
 
 def _context(request: Request) -> dict[str, Any]:
-    principal = getattr(request.state, "principal", None)
-    nav = []
-    if principal is not None:
-        nav = [
-            (label, href, _is_current(href, request.url.path))
-            for label, href, roles in NAV
-            if roles is None or principal.roles & roles
-        ]
-    return {"principal": principal, "csrf_token": csrf_token(request), "nav": nav, "current_path": request.url.path}
+    return {"current_path": request.url.path}
 
 
 def _hours(value: Any, digits: int = 1) -> str:
@@ -55,8 +31,23 @@ def _hours(value: Any, digits: int = 1) -> str:
     return f"{Decimal(value):,.{digits}f}"
 
 
+def merge_query(query: dict, **changes) -> str:
+    """A query string: `query` with `changes` applied and empty values dropped (a Jinja filter)."""
+    merged = {**query, **changes}
+    return urlencode({k: v for k, v in merged.items() if v not in (None, "")})
+
+
 templates = Jinja2Blocks(directory=str(resource_path("templates")), context_processors=[_context])
 templates.env.filters["hours"] = _hours
+templates.env.filters["merge_query"] = merge_query
+templates.env.filters["pct"] = lambda v, digits=1: "–" if v is None else f"{float(v) * 100:.{digits}f}%"
+templates.env.filters["money"] = lambda v: "–" if v is None else f"{Decimal(v):,.2f}"
+
+
+def add_context_processor(processor: Callable[[Request], dict[str, Any]]) -> None:
+    """Give every template the variables `processor(request)` returns (registering it twice is harmless)."""
+    if processor not in templates.context_processors:
+        templates.context_processors.append(processor)
 
 
 def render(
