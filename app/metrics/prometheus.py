@@ -40,7 +40,7 @@ from app.metrics import labels as rules
 from app.metrics.counters import hour_increase
 from app.metrics.presence import LOOKBACK_HOURS, presence_plan
 from app.metrics.promql_http import decode_matrix, get_body
-from app.metrics.serving import services_plan
+from app.metrics.serving import Plan, services_plan
 from app.metrics.types import OCCUPANCY_METRICS, GpuEnergy, OccupancySeries, SeriesLabels, SourceBatch
 from app.policy.document import PolicyDocument
 
@@ -113,7 +113,7 @@ class PrometheusSource:
         batch = SourceBatch(start=s, end=e)
         occupancy: dict[tuple, OccupancySeries] = {}  # (labels, metric, hourly, scrape) -> series
         energy: dict[tuple, GpuEnergy] = {}
-        plan: list[tuple[str, int, int, int, Callable[[list], None]]] = []
+        plan: Plan = []
         step = self.max_chunk_hours * HOUR_S
         pod_nodes: dict[str, str] = {}  # exporter pod -> node, for exporters that print their pod as Hostname
         for cs in range(s, e, step):
@@ -127,7 +127,8 @@ class PrometheusSource:
                     _over(shard, "count_over_time", m, w) for m in OCCUPANCY_METRICS), self.outage_lookback_hours)
             plan += self._services_plan(batch, cs, ce, policy)
         # One HTTP worker issues the queries back to back (Prometheus sees them one at a time, as
-        # if issued alone) while this thread decodes the previous answer.
+        # if issued alone) while this thread decodes the previous answer. A handler may return
+        # follow-up queries: they join the end of the plan (the loop below reaches them).
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="promql") as http:
             futures = [http.submit(self._get, q, a, b, st) for q, a, b, st, _ in plan]
             try:
@@ -138,10 +139,12 @@ class PrometheusSource:
                     if self.log is not None:
                         self.log.append(QueryRecord(query, a, b, st, seconds, len(result)))
                     try:
-                        handle(result)
+                        more = handle(result) or []
                     except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
                         raise Unavailable(f"Prometheus at {self.url} sent an answer that cannot be read "
                                           f"({type(exc).__name__}: {exc}) for {query[:120]}") from exc
+                    plan += more
+                    futures += [http.submit(self._get, q, a, b, st) for q, a, b, st, _ in more]
             finally:
                 for future in futures:
                     future.cancel()
