@@ -66,7 +66,7 @@ def before_sum(selector: str, by: str) -> str:
 
 
 # Drops are looked for per half hour (one window covering the eleven-minute windows of its 30
-# minutes): a tenth of the samples a per-minute look would scan. Half-hour ends are multiples of
+# minutes): about an eighth of the samples a per-minute look would scan. Half-hour ends are multiples of
 # the step, so no engine or query frontend moves them (VictoriaMetrics, Thanos and Mimir align).
 DROP_STEP = 30 * MINUTE_S
 
