@@ -40,7 +40,7 @@ from app.metrics import labels as rules
 from app.metrics.counters import hour_increase
 from app.metrics.presence import LOOKBACK_HOURS, presence_plan
 from app.metrics.prometheus_api import decode_matrix, get_body
-from app.metrics.serving import services_plan
+from app.metrics.serving import Plan, services_plan
 from app.metrics.types import OCCUPANCY_METRICS, GpuEnergy, OccupancySeries, SeriesLabels, SourceBatch
 from app.policy.document import PolicyDocument
 
@@ -112,7 +112,7 @@ class PrometheusSource:
         batch = SourceBatch(start=s, end=e)
         occupancy: dict[tuple, OccupancySeries] = {}  # (labels, metric, hourly, scrape) -> series
         energy: dict[tuple, GpuEnergy] = {}
-        plan: list[tuple[str, int, int, int, Callable[[list], None]]] = []
+        plan: Plan = []
         step = self.max_chunk_hours * HOUR_S
         pod_nodes: dict[str, str] = {}  # exporter pod -> node, for exporters that print their pod as Hostname
         for cs in range(s, e, step):
@@ -121,12 +121,13 @@ class PrometheusSource:
             plan += self._holders_plan(batch, cs, ce, policy)
             for shard in self.host_shards or (None,):
                 plan += self._occupancy_plan(occupancy, cs, ce, shard, pod_nodes)
-                plan += self._energy_plan(energy, cs, ce, shard)
+                plan += self._energy_plan(energy, cs, ce, shard, pod_nodes)
                 plan += presence_plan(batch, cs, ce, lambda w, shard=shard: " or ".join(
                     _over(shard, "count_over_time", m, w) for m in OCCUPANCY_METRICS), self.outage_lookback_hours)
             plan += self._services_plan(batch, cs, ce, policy)
         # One HTTP worker issues the queries back to back (Prometheus sees them one at a time, as
-        # if issued alone) while this thread decodes the previous answer.
+        # if issued alone) while this thread decodes the previous answer. A handler may return
+        # follow-up queries: they join the end of the plan (the loop below reaches them).
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="promql") as http:
             futures = [http.submit(self._get, q, a, b, st) for q, a, b, st, _ in plan]
             try:
@@ -137,10 +138,12 @@ class PrometheusSource:
                     if self.log is not None:
                         self.log.append(QueryRecord(query, a, b, st, seconds, len(result)))
                     try:
-                        handle(result)
+                        more = handle(result) or []
                     except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
                         raise Unavailable(f"Prometheus at {self.url} sent an answer that cannot be read "
                                           f"({type(exc).__name__}: {exc}) for {query[:120]}") from exc
+                    plan += more
+                    futures += [http.submit(self._get, q, a, b, st) for q, a, b, st, _ in more]
             finally:
                 for future in futures:
                     future.cancel()
@@ -235,7 +238,8 @@ class PrometheusSource:
             return None
         return _series(out, _labels(m, workload, pod_nodes), metric, scrape=tuple(m.get(k, "") for k in TARGET_LABELS))
 
-    def _energy_plan(self, out: dict[tuple, GpuEnergy], cs: int, ce: int, shard: str | None) -> list:
+    def _energy_plan(self, out: dict[tuple, GpuEnergy], cs: int, ce: int, shard: str | None,
+                     pod_nodes: dict[str, str] | None = None) -> list:
         # The counter's hourly extremes and resets; the increase is computed in Python (counters.py),
         # so a reset hour is not undercounted and no engine's extrapolation enters.
         extremes: dict[str, dict[tuple, dict[int, float]]] = {"min": {}, "max": {}, "resets": {}}
@@ -250,18 +254,18 @@ class PrometheusSource:
                 key = _gpu_key(item["metric"])
                 last = {int(t): float(v) for t, v in item["values"]}
                 lows, highs, resets = (extremes[k].get(key, {}) for k in ("min", "max", "resets"))
-                gpu = _gpu(out, item["metric"])
+                gpu = _gpu(out, item["metric"], pod_nodes)
                 for t, value in last.items():
                     if t <= cs or t not in lows:
                         continue
                     delta = hour_increase(before=last.get(t - HOUR_S), lowest=lows[t], highest=highs.get(t, value),
                                           last=value, resets=int(resets.get(t, 0)))
-                    if delta is not None:
-                        gpu.energy_mj[t] = delta
+                    if delta is not None:  # an exporter pod replaced within the hour: both series add up
+                        gpu.energy_mj[t] = gpu.energy_mj.get(t, 0.0) + delta
 
         def power(result: list) -> None:
             for item in result:
-                _gpu(out, item["metric"]).power_w.update({int(t): float(v) for t, v in item["values"]})
+                _gpu(out, item["metric"], pod_nodes).power_w.update({int(t): float(v) for t, v in item["values"]})
 
         def hourly(func: str, metric: str = ENERGY, agg: str = "max") -> str:
             return f"{agg} by ({GPU_LABELS}) ({_over(shard, func, metric, '3599999ms')})"
@@ -417,8 +421,9 @@ def _gpu_key(m: dict) -> tuple[str, str]:
     return (m.get("Hostname") or m.get("hostname", ""), m.get("UUID", ""))
 
 
-def _gpu(out: dict[tuple, GpuEnergy], m: dict) -> GpuEnergy:
-    key = _gpu_key(m)
+def _gpu(out: dict[tuple, GpuEnergy], m: dict, pod_nodes: dict[str, str] | None = None) -> GpuEnergy:
+    """A GPU's energy record, keyed on its node as occupancy is (an exporter pod's name mapped through kube_pod_info)."""
+    key = (rules.host_of(m, pod_nodes), m.get("UUID", ""))
     gpu = out.get(key)
     if gpu is None:
         gpu = out[key] = GpuEnergy(host=key[0], uuid=key[1], model=m.get("modelName", ""))

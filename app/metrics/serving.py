@@ -1,10 +1,11 @@
 """SLA signals from raw counter values: requests over the idle window and the P99 bucket, per minute.
 
 Each SLA's request counter and latency buckets are read as per-minute increases built from raw
-last values only (`minute_increases`: resets and births handled, nothing extrapolated, identical on
-Prometheus 2.x/3.x and VictoriaMetrics) and summed in the engine; the trailing-window sums and the
-P99 bucket are computed here, so dark-time and breach minutes do not depend on any engine's
-`increase`/`rate` extrapolation.
+last values only (resets and births handled, nothing extrapolated, identical on Prometheus 2.x/3.x
+and VictoriaMetrics), summed over the series in the engine as plain per-`le` sums; the
+trailing-window sums and the P99 bucket are computed here, so dark-time and breach minutes do not
+depend on any engine's `increase`/`rate` extrapolation. Counts are integers, so the sums and their
+differences are exact in floating point (below 2**53).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ MINUTE_S = 60
 P99_WINDOW_MIN = 5  # P99 over the trailing 5 minutes (SPEC section 4)
 MAX_STEPS = 360  # minutes per query: answers stay small (memory flat however many hours a fetch holds)
 
-Plan = list[tuple[str, int, int, int, Callable[[list], None]]]
+# (promql, start, end, step, what to do with the answer); a handler may return follow-up queries.
+Plan = list[tuple[str, int, int, int, Callable[[list], "Plan | None"]]]
 
 
 def window_minutes(policy: PolicyDocument) -> int:
@@ -32,26 +34,113 @@ def window_minutes(policy: PolicyDocument) -> int:
     return -(-policy.colocation.idle_window_s // MINUTE_S)
 
 
-# A series silent for longer than this before a minute counts as born in that minute (its whole value is increase).
-SILENCE = "10m"
+# The rule: a series' increase into the minute ending at m is its last value in (m - 1 min, m] minus
+# its last one in the ten minutes before; when it dropped (a reset) or had no earlier value (born),
+# the whole last value; nothing when it has no value in the minute. Summed over the series, that is
+# U - B + R: U the sum of each series' last value over the eleven minutes (a series silent in the
+# minute keeps its earlier value in U and B alike, so it adds nothing), B the sum of the last values
+# in the ten minutes before, R the earlier values of the series that dropped. U and B are plain
+# per-`le` sums (no per-series matching, the costly part); R is read only around the minutes whose
+# window holds a drop at all. The look-backs are 1 ms short of whole minutes so that Prometheus 2.x
+# (closed ranges) and 3.x/VictoriaMetrics (left-open) read the same samples: a value exactly eleven
+# minutes old is out on every engine. U's window less B's is (m - 1 min, m] on each; R's `[1m]` may
+# also hold a sample at m - 1 min on 2.x, which is then B's own value and never below it.
+UNION = "659999ms"
 
 
-def minute_increases(selector: str, by: str) -> str:
-    """PromQL: each series' counter increase into every minute (last sample in the minute minus the one before), summed.
+def _before(selector: str) -> str:
+    return f"last_over_time({selector}[599999ms] offset 1m)"
 
-    A drop is a reset (the new value is all increase) and a series with no earlier sample within
-    SILENCE was born: both through `or`, so no series is counted twice. Only `last_over_time`,
-    `offset`, arithmetic and set operators enter: Prometheus 2.x/3.x and VictoriaMetrics answer the
-    same, with none of `increase`'s extrapolation. Engine-side sums keep the answers one series per
-    `le` (not per pod and `le`).
-    """
-    now = f"last_over_time({selector}[59999ms])"
-    before = f"last_over_time({selector}[{SILENCE}] offset 1m)"
-    return f"sum by ({by}) ((({now} - {before}) >= 0) or ({now} + 0))"
+
+def union_sum(selector: str, by: str) -> str:
+    """PromQL: per `by`, the sum of each series' last value in the minute and the ten before (U)."""
+    return f"sum by ({by}) (last_over_time({selector}[{UNION}]))"
+
+
+def before_sum(selector: str, by: str) -> str:
+    """PromQL: per `by`, the sum of each series' last value in the ten minutes before the minute (B)."""
+    return f"sum by ({by}) ({_before(selector)})"
+
+
+# Drops are looked for per half hour (one window covering the eleven-minute windows of its 30
+# minutes): about an eighth of the samples a per-minute look would scan. Half-hour ends are multiples of
+# the step, so no engine or query frontend moves them (VictoriaMetrics, Thanos and Mimir align).
+DROP_STEP = 30 * MINUTE_S
+
+
+def drops(selector: str) -> str:
+    """PromQL: at each half-hour end, whether any series' counter dropped in the windows of its minutes (R may be non-zero)."""
+    return f"sum(resets({selector}[{DROP_STEP * 1000 + 599999}ms])) > 0"
+
+
+def half_hours(a: int, b: int) -> tuple[int, int]:
+    """The first and last half-hour ends whose half hours cover the minute ends a..b."""
+    return -(-a // DROP_STEP) * DROP_STEP, -(-b // DROP_STEP) * DROP_STEP
+
+
+def dropped_sum(selector: str, by: str) -> str:
+    """PromQL: per `by`, the earlier value of each series whose last value in the minute is below it (R)."""
+    return f"sum by ({by}) ({_before(selector)} > last_over_time({selector}[1m]))"
+
+
+def runs(flagged: list[int], a: int, b: int) -> list[tuple[int, int]]:
+    """The minute ends of [a, b] in the half hours ending at `flagged`, as (first, last) ranges, adjacent ones merged."""
+    out: list[tuple[int, int]] = []
+    for t in sorted(flagged):
+        first, last = max(t - DROP_STEP + MINUTE_S, a), min(t, b)
+        if first > last:
+            continue
+        if out and first - out[-1][1] <= MINUTE_S:
+            out[-1] = (out[-1][0], last)
+        else:
+            out.append((first, last))
+    return out
+
+
+class Countdown:
+    """Answers still to come, follow-ups included; `done` runs when the last one is in."""
+
+    def __init__(self, done: Callable[[], None]) -> None:
+        self.open = 0
+        self.done = done
+
+    def expect(self, n: int) -> None:
+        self.open += n
+
+    def settle(self) -> None:
+        self.open -= 1
+        if self.open == 0:
+            self.done()
+
+
+def increase_plan(selector: str, by: str, a: int, b: int, target: Callable[[dict], dict[int, float] | None],
+                  countdown: Countdown) -> Plan:
+    """Queries adding every minute end a..b's summed increase (U - B + R) into `target(labels)` (None skips)."""
+    def part(sign: int) -> Callable[[list], None]:
+        def handle(result: list) -> None:
+            for item in result:
+                minutes = target(item["metric"])
+                if minutes is not None:
+                    for t, v in item["values"]:
+                        minutes[int(t)] += sign * float(v)
+            countdown.settle()
+        return handle
+
+    def follow(result: list) -> Plan:
+        flagged = [int(t) for item in result for t, _ in item["values"]]
+        more = [(dropped_sum(selector, by), first, last, MINUTE_S, part(1)) for first, last in runs(flagged, a, b)]
+        countdown.expect(len(more))
+        countdown.settle()
+        return more
+
+    countdown.expect(3)
+    return [(union_sum(selector, by), a, b, MINUTE_S, part(1)),
+            (before_sum(selector, by), a, b, MINUTE_S, part(-1)),
+            (drops(selector), *half_hours(a, b), DROP_STEP, follow)]
 
 
 def services_plan(batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) -> Plan:
-    """Queries for the minutes (cs, ce] of every SLA; the last answer fills `batch.services`."""
+    """Queries for the minutes (cs, ce] of every SLA; the last answer (follow-ups included) fills `batch.services`."""
     if not policy.sla:
         return []
     for sla in policy.sla:
@@ -60,32 +149,20 @@ def services_plan(batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) 
     first = cs - lookback + MINUTE_S  # the first minute end whose increase a trailing window needs
     requests: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))  # service -> minute -> n
     buckets: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))  # service -> le -> minute -> n
+    countdown = Countdown(lambda: _fill(batch, policy, cs, ce, requests, buckets))
 
-    def add(service: str, signal: str, finish: bool) -> Callable[[list], None]:
-        def handle(result: list) -> None:
-            for item in result:
-                if signal == "requests":
-                    target = requests[service]
-                else:
-                    le = parse_le(item["metric"].get("le", ""))
-                    if le is None:
-                        continue  # a malformed bucket: not part of the quantile
-                    target = buckets[service][le]
-                for t, v in item["values"]:
-                    target[int(t)] += float(v)
-            if finish:
-                _fill(batch, policy, cs, ce, requests, buckets)
-        return handle
+    def bucket_of(service: str) -> Callable[[dict], dict[int, float] | None]:
+        def target(labels: dict) -> dict[int, float] | None:
+            le = parse_le(labels.get("le", ""))
+            return None if le is None else buckets[service][le]  # a malformed bucket is not part of the quantile
+        return target
 
-    signals = [(sla.service, signal, minute_increases(selector, by)) for sla in policy.sla
-               for signal, selector, by in (("requests", sla.requests, ""), ("latency", sla.latency_histogram, "le"))]
     plan: Plan = []
-    pieces = list(range(first, ce + 1, MAX_STEPS * MINUTE_S))
-    for i, a in enumerate(pieces):
+    for a in range(first, ce + 1, MAX_STEPS * MINUTE_S):
         b = min(a + (MAX_STEPS - 1) * MINUTE_S, ce)
-        for j, (service, signal, query) in enumerate(signals):
-            last = i == len(pieces) - 1 and j == len(signals) - 1
-            plan.append((query, a, b, MINUTE_S, add(service, signal, last)))
+        for sla in policy.sla:
+            plan += increase_plan(sla.requests, "", a, b, lambda _, s=sla.service: requests[s], countdown)
+            plan += increase_plan(sla.latency_histogram, "le", a, b, bucket_of(sla.service), countdown)
     return plan
 
 

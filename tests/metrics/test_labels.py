@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from app.core.settings import Settings
 from app.metrics import labels as rules
+from app.metrics.prometheus_source import PrometheusSource
 
 GPU = {"gpu": "0", "UUID": "GPU-1", "modelName": "NVIDIA A100-SXM4-80GB", "hostname": "gpu-a100-01"}
 
@@ -62,3 +63,25 @@ def test_time_sliced_split_by_requests_else_as_the_exporter_named():
     assert split == {("a", "training", False, 60): Fraction(30), ("c", "training", False, 60): Fraction(90),
                      ("a", "training", True, 120): Fraction(60), ("b", "training", True, 120): Fraction(120)}
     assert cuts == []  # 180 s in the hour is under the unit's 3600 s
+
+
+def test_energy_of_an_exporter_without_node_name_is_keyed_on_its_node_as_occupancy_is():
+    """Two exporter pods on one node (one replaced the other within hour 2) print their pod names as Hostname:
+    the GPU's energy is the node's, and the hour both pods reported adds both parts."""
+    h = 1_764_547_200
+    pods = {"nvidia-dcgm-exporter-old": "gpu-a100-03", "nvidia-dcgm-exporter-new": "gpu-a100-03"}
+    old = {"Hostname": "nvidia-dcgm-exporter-old", "UUID": "GPU-1", "modelName": "A100"}
+    new = {**old, "Hostname": "nvidia-dcgm-exporter-new"}
+    answers = {  # per query kind: (labels, {hour end: value}) -- the old pod ends in hour 2, the new one starts there
+        "min": [(old, {h + 3600: 1000, h + 7200: 1500}), (new, {h + 7200: 0})],
+        "max": [(old, {h + 3600: 1500, h + 7200: 1800}), (new, {h + 7200: 200})],
+        "resets": [(old, {h + 3600: 0, h + 7200: 0}), (new, {h + 7200: 0})],
+        "last": [(old, {h: 900, h + 3600: 1500, h + 7200: 1800}), (new, {h + 7200: 200})],
+        "power": [(old, {h + 3600: 300}), (new, {h + 7200: 250})],
+    }
+    out = {}
+    plan = PrometheusSource("http://unused", timeout_s=1)._energy_plan(out, h, h + 7200, None, pods)
+    for (*_, handle), kind in zip(plan, answers):  # min, max, resets, last, power: the plan's order
+        handle([{"metric": m, "values": [[t, str(v)] for t, v in values.items()]} for m, values in answers[kind]])
+    assert [(g.host, g.uuid, g.energy_mj, g.power_w) for g in out.values()] == [
+        ("gpu-a100-03", "GPU-1", {h + 3600: 600.0, h + 7200: 300.0 + 200.0}, {h + 3600: 300.0, h + 7200: 250.0})]

@@ -13,10 +13,10 @@ from app.metrics.models import BreachMinuteRollup, IngestHour, PoolHourRollup, U
 from app.metrics.prometheus_source import PrometheusSource
 from tests.metrics import scenario
 from tests.metrics.conftest import HOUR, snapshot, status
+from tests.metrics.policies import mixed_policy
 from tests.support.prometheus import PrometheusServer
 
 H = scenario.H
-QUERIES_PER_FETCH = 17  # 6 occupancy + 5 energy/power + 2 presence + 4 SLA (baseline and per-minute, 2 signals)
 
 
 class StoppingSource(PrometheusSource):
@@ -47,8 +47,11 @@ def rows_for(session, hour_epoch):
 
 def test_stopped_mid_hour_stores_nothing_of_it_then_fills(session, policy_id, prometheus):
     now = from_epoch(H + 5 * 3600)
+    log = []  # the queries of one hour's fetch (occupancy, energy, presence, SLA signals)
+    PrometheusSource(prometheus.url, scrape_interval_s=30, timeout_s=10, log=log).fetch(
+        start=from_epoch(H), end=from_epoch(H) + HOUR, policy=mixed_policy())  # the policy_id fixture's
     # Killed between the queries of the second hour's fetch (3 queries into it).
-    source = StoppingSource(prometheus, stop_before_query=QUERIES_PER_FETCH + 3)
+    source = StoppingSource(prometheus, stop_before_query=len(log) + 3)
     report = ingest_hours(session=session, source=source, start=from_epoch(H), end=from_epoch(H) + 3 * HOUR,
                           scrape_interval_s=30, hours_per_fetch=1, now=now)
     assert report.ok == [from_epoch(H)]
