@@ -20,9 +20,9 @@ from app.core.audit import AuditEntry
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid
 from app.metrics.serving import bucket_lookup
-from app.policy import changes, changes_preview, releases
+from app.review import changes, impact, releases
 from app.policy.models import PolicyVersion
-from app.policy.review_models import ChangeRequest, Release
+from app.review.models import ChangeRequest, Release
 from app.policy.service import active_version, get_version, latest_version, list_versions, load_document
 from app.policy.parsing import check_document
 from app.policy.validation import LatencyBuckets
@@ -49,7 +49,7 @@ def measured_peaks(session: SessionDep) -> dict[str, float] | None:
     version = latest_version(session=session)
     if not settings.prometheus_url or version is None:
         return None
-    return changes_preview.measured_peaks_from_prometheus(
+    return impact.measured_peaks_from_prometheus(
         settings.prometheus_url, load_document(version), timeout_s=min(settings.prometheus_timeout_s, 10.0)
     )
 
@@ -283,7 +283,7 @@ def show_change(change_id: Id, session: SessionDep, _: Reader, peaks: PeaksDep, 
 def preview_change(change_id: Id, session: SessionDep, _: Reader, peaks: PeaksDep, buckets: BucketsDep,
                    month: Annotated[str | None, Query(description="Billing month to re-rate, YYYY-MM (default: last month)")] = None) -> dict:
     change = changes.get_change(session=session, change_id=change_id)
-    return changes_preview.preview(session=session, change=change, measured_peaks=peaks, month=month,
+    return impact.preview(session=session, change=change, measured_peaks=peaks, month=month,
                                    latency_buckets=buckets)
 
 

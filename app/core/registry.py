@@ -5,4 +5,4 @@ import app.metrics.models  # noqa: F401
 import app.policy.models  # noqa: F401
 import app.billing.models  # noqa: F401
 import app.auth.models  # noqa: F401
-import app.policy.review_models  # noqa: F401
+import app.review.models  # noqa: F401

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from app.auth.deps import Principal, require_roles
 from app.core.deps import SessionDep
 from app.metrics.attribution import UNPOOLED
-from app.policy.changes_preview import capacity_impact
+from app.review.impact import capacity_impact
 from app.web import dashboard_queries as dq
 from app.web.dashboard_common import active_document, range_context, resolve
 from app.web.templating import render

@@ -16,9 +16,9 @@ from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid
 from app.core.problems import is_htmx
 from app.core.timeutil import aware
-from app.policy import changes, changes_preview, releases
+from app.review import changes, impact, releases
 from app.policy.models import PolicyVersion
-from app.policy.review_models import ChangeState, ReleaseChange, ReleaseState
+from app.review.models import ChangeState, ReleaseChange, ReleaseState
 from app.policy.service import active_version, dump_yaml, get_version, latest_version, list_versions, load_document
 from app.policy.parsing import check_document
 from app.web.templating import render
@@ -150,7 +150,7 @@ def change_page(change_id: Id, request: Request, session: SessionDep, user: Read
     context = {
         "title": f"Change request #{change.id}",
         "change": change,
-        "preview": changes_preview.preview(session=session, change=change, measured_peaks=peaks, month=month,
+        "preview": impact.preview(session=session, change=change, measured_peaks=peaks, month=month,
                                            latency_buckets=buckets),
         "comments": changes.comments(session=session, change_id=change.id),
         "decisions": changes.decisions(session=session, change_id=change.id),

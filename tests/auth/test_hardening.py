@@ -15,7 +15,7 @@ from app.auth import service
 from app.auth.models import ApiToken
 from app.core.db import make_engine
 from app.core.settings import DEV_SECRET, Settings
-from app.policy import changes
+from app.review import changes
 from tests.auth.fixtures import make_user, page_csrf, sign_in
 from tests.billing.builders import add_hour, store_policy
 

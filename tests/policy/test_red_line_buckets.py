@@ -13,7 +13,7 @@ from app.policy.validation import validate
 from tests.metrics import scenario
 from tests.metrics.conftest import scenario_prometheus  # noqa: F401 (fixture)
 from tests.metrics.policies import mixed_policy
-from tests.policy.test_review_api_fuzz import URL, client_for
+from tests.review.test_review_api_fuzz import URL, client_for
 
 VLLM = boundaries(VLLM_E2E_LATENCY_S)
 SEARCH = 'vllm:e2e_request_latency_seconds_bucket{namespace="search-prod"}'

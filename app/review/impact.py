@@ -10,9 +10,9 @@ from sqlmodel import Session
 from app.core.errors import Invalid
 from app.core.settings import get_settings
 from app.core.timeutil import utcnow
-from app.policy.changes import is_stale, semantic_diff, validation
+from app.review.changes import is_stale, semantic_diff, validation
 from app.policy.document import PolicyDocument
-from app.policy.review_models import ChangeRequest
+from app.review.models import ChangeRequest
 from app.policy.service import get_version, load_document
 
 

@@ -22,10 +22,10 @@ from app.core.audit import record
 from app.core.db import is_postgres
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
 from app.core.timeutil import aware, floor_hour, utcnow
-from app.policy.changes import current_version, get_change, storable, validation
+from app.review.changes import current_version, get_change, storable, validation
 from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
-from app.policy.review_models import ChangeRequest, ChangeState, PolicyArtifact, Release, ReleaseChange, ReleaseState
+from app.review.models import ChangeRequest, ChangeState, PolicyArtifact, Release, ReleaseChange, ReleaseState
 from app.policy.service import get_version, import_version, latest_version, load_document
 
 ENTITY = "release"

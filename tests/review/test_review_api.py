@@ -15,9 +15,9 @@ from fastapi import FastAPI
 from app.auth import service
 from app.core.db import unit_of_work
 from app.core.timeutil import floor_hour, utcnow
-from app.policy.review_models import ChangeState
+from app.review.models import ChangeState
 from tests.auth.fixtures import BASE_URL, anyio_backend, make_user  # noqa: F401
-from tests.policy.review_builders import edited, set_p99, set_quota
+from tests.review.review_builders import edited, set_p99, set_quota
 
 pytestmark = pytest.mark.anyio
 API = "/api/v1/policy"

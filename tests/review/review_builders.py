@@ -9,10 +9,10 @@ from pathlib import Path
 
 from sqlmodel import Session
 
-from app.policy import changes
+from app.review import changes
 from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
-from app.policy.review_models import ChangeRequest
+from app.review.models import ChangeRequest
 from app.policy.service import dump_yaml, import_version, load_document
 from app.policy.parsing import parse_document
 

@@ -22,7 +22,7 @@ from app.core.settings import get_settings
 from app.core.timeutil import utcnow
 from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
-from app.policy.review_models import ChangeApproval, ChangeComment, ChangeRequest, ChangeState
+from app.review.models import ChangeApproval, ChangeComment, ChangeRequest, ChangeState
 from app.policy.service import dump_yaml, get_version, latest_version, load_document
 from app.policy.parsing import MAX_CHARS, check_document, load_value, pydantic_errors
 
@@ -336,7 +336,7 @@ def reject(*, session: Session, change_id: int, actor: str, comment: str = "") -
 
 def withdraw(*, session: Session, change_id: int, actor: str) -> ChangeRequest:
     """The author takes back a request that has not been applied or attached to a release."""
-    from app.policy.review_models import ReleaseChange
+    from app.review.models import ReleaseChange
 
     change = get_change(session=session, change_id=change_id)
     if actor != change.author:
