@@ -1,4 +1,4 @@
-"""Policy JSON API (/api/v1/policy): versions and artifacts, change requests, releases, the audit log.
+"""Policy JSON API (/api/v1/policy): versions and artifacts, change requests, releases (the audit log is /api/v1/audit).
 
 Operators propose and run releases, reviewers approve, admins do everything, viewers and finance read.
 The services decide everything else (four eyes, states, conflicts); handlers only parse and render.
@@ -16,16 +16,14 @@ from starlette.responses import Response
 
 from app.api.common import MAX_ID, IdempotencyDep, IdPath, json_response
 from app.auth.deps import Principal, require_roles
-from app.core.audit import AuditEntry
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid
-from app.metrics.serving import bucket_lookup
-from app.review import changes, impact, releases
 from app.policy.models import PolicyVersion
-from app.review.models import ChangeRequest, Release
-from app.policy.service import active_version, get_version, latest_version, list_versions, load_document
 from app.policy.parsing import check_document
+from app.policy.service import active_version, get_version, latest_version, list_versions, load_document
 from app.policy.validation import LatencyBuckets
+from app.review import changes, impact, releases
+from app.review.models import ChangeRequest, Release
 
 router = APIRouter(prefix="/policy", tags=["policy"])
 
@@ -57,20 +55,7 @@ def measured_peaks(session: SessionDep) -> dict[str, float] | None:
 PeaksDep = Annotated[dict[str, float] | None, Depends(measured_peaks)]
 
 
-def latency_buckets() -> LatencyBuckets | None:
-    """Bucket boundaries of a latency histogram as Prometheus has them (for red-line warnings); None without Prometheus.
-
-    Tests and other sources override this dependency.
-    """
-    from app.core.settings import get_settings
-
-    settings = get_settings()
-    if not settings.prometheus_url:
-        return None
-    return bucket_lookup(settings.prometheus_url, timeout_s=min(settings.prometheus_timeout_s, 10.0))
-
-
-BucketsDep = Annotated[LatencyBuckets | None, Depends(latency_buckets)]
+BucketsDep = Annotated[LatencyBuckets | None, Depends(impact.configured_latency_buckets)]
 
 
 class Body(BaseModel):
@@ -401,42 +386,3 @@ def rollback_release(release_id: Id, session: SessionDep, user: Operator, body: 
                                         effective_from=body.effective_from if body else None)
     release = releases.get_release(session=session, release_id=release_id)
     return {**release_out(session, release), "version": version_out(version)}
-
-
-# ---- audit log ------------------------------------------------------------------------------------
-
-
-@router.get("/audit", summary="The append-only audit log, newest first, with filters and cursor pagination")
-def audit(
-    session: SessionDep,
-    _: Reader,
-    actor: str | None = None,
-    action: Annotated[str | None, Query(description="Exact action, or a prefix ending in '.' (e.g. 'change.')")] = None,
-    entity: str | None = None,
-    entity_id: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: str | None = None,
-) -> dict:
-    rows, next_cursor = changes.audit_entries(
-        session=session, actor=actor, action=action, entity=entity, entity_id=entity_id, since=since, until=until,
-        limit=limit, cursor=cursor,
-    )
-    return {"items": [audit_out(e) for e in rows], "next_cursor": next_cursor}
-
-
-def audit_out(entry: AuditEntry) -> dict[str, Any]:
-    import json
-
-    return {
-        "id": entry.id,
-        "at": entry.at,
-        "actor": entry.actor,
-        "action": entry.action,
-        "entity": entry.entity,
-        "entity_id": entry.entity_id,
-        "tenant": entry.tenant,
-        "before": None if entry.before is None else json.loads(entry.before),
-        "after": None if entry.after is None else json.loads(entry.after),
-    }

@@ -251,3 +251,11 @@ def test_structured_edit_refusals(session):
     with pytest.raises(AppError) as err:
         changes.set_field(session=session, change_id=change.id, actor="rita", path="pricing.pue", value="1.4")
     assert err.value.status == 403
+
+
+def test_states_are_enums_with_the_stored_values():
+    from app.review.models import ReleaseState
+
+    assert [s.value for s in ChangeState] == ["draft", "submitted", "approved", "rejected", "withdrawn", "applied"]
+    assert [s.value for s in ReleaseState] == ["planned", "applied", "deployed", "rolled_back"]
+    assert f"{ChangeState.DRAFT}" == "draft" and ChangeState("applied") == "applied"

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from app.review import impact
 from app.policy.validation import validate
+from app.review import impact
 from tests.review.review_builders import example_document
 from tests.support.prometheus import PrometheusServer, openmetrics
 

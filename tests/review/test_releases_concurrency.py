@@ -19,8 +19,8 @@ from app.core.audit import AuditEntry, record
 from app.core.db import make_engine, unit_of_work
 from app.core.errors import Conflict
 from app.core.timeutil import floor_hour, utcnow
-from app.review import changes, releases
 from app.policy.models import PolicyVersion
+from app.review import changes, releases
 from app.review.models import ChangeRequest, ChangeState
 from tests.review.review_builders import draft, seed, set_p99
 from tests.support.databases import drop_postgres_database, migrated, new_postgres_database
