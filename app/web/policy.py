@@ -10,8 +10,8 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from starlette.responses import RedirectResponse, Response
 
-from app.api.common import paginate
-from app.api.policy import MAX_ID, READERS, BucketsDep, Id, PeaksDep
+from app.api.common import MAX_ID, paginate
+from app.api.policy import READERS, BucketsDep, Id, PeaksDep
 from app.auth.deps import Principal, require_roles
 from app.core.audit import AuditEntry, readable_entries
 from app.core.deps import SessionDep
