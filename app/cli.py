@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import typer
 
+from app.auth.cli import app as auth_app
 from app.billing.cli import app as billing_app
 from app.metrics.cli import app as metrics_app
-from app.policy.cli import app as policy_app
-from app.auth.cli import app as auth_app
 from app.metrics.simulator.cli import app as simulator_app
+from app.policy.cli import app as policy_app
+from app.review.impact import configured_latency_buckets
 from app.web.cli import app as web_app
 
-app = typer.Typer(help="GPU co-location chargeback portal", no_args_is_help=True)
+# Policy validation runs below metrics: the red-line bucket source is handed down from here.
+app = typer.Typer(help="GPU co-location chargeback portal", no_args_is_help=True,
+                  context_settings={"obj": {"latency_buckets": configured_latency_buckets}})
 db_app = typer.Typer(help="Database schema", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(policy_app, name="policy")

@@ -8,6 +8,7 @@ from fastapi.staticfiles import StaticFiles
 from app.api import billing as api_billing
 from app.api import directory as api_directory
 from app.api import policy as api_policy
+from app.api import review as api_review
 from app.api import system as api_system
 from app.api import usage as api_usage
 from app.auth import routes as auth_routes
@@ -55,6 +56,7 @@ def create_app() -> FastAPI:
     app.include_router(api_billing.router, prefix="/api/v1")
     app.include_router(api_usage.router, prefix="/api/v1")
     app.include_router(api_policy.router, prefix="/api/v1")
+    app.include_router(api_review.router, prefix="/api/v1")
     app.include_router(api_directory.router, prefix="/api/v1")
     app.include_router(auth_routes.api, prefix="/api/v1")
     app.include_router(auth_routes.web)

@@ -10,7 +10,7 @@ import app.core.audit  # noqa: F401
 import app.http.idempotency  # noqa: F401
 import app.metrics.models  # noqa: F401
 import app.policy.models  # noqa: F401
-import app.policy.review_models  # noqa: F401
+import app.review.models  # noqa: F401
 from app.core.db import make_engine
 from app.core.settings import get_settings
 

@@ -20,6 +20,7 @@ from app.core.errors import AppError
 from app.metrics import histograms
 from app.metrics.labels import DEFAULT_EXPORTER, ExporterIdentity, dedup_key, exporter_pods, host_of, label_style, workload_of
 from app.metrics.prometheus_api import PromReader
+from app.policy import red_lines
 from app.policy.document import PolicyDocument
 
 ERROR, WARNING, INFO = "error", "warning", "info"
@@ -407,8 +408,8 @@ def _services(report: Report, reader: PromReader, at: float, policy: PolicyDocum
                        f"{sla.latency_histogram} has no series with an `le` label",
                        "no minute can be judged: no breach is ever billed",
                        "point `sla[].latency_histogram` at the `_bucket` series")
-        elif not histograms.resolvable(bounds, red):
-            below, above = histograms.nearest_boundaries(bounds, red)
+        elif not red_lines.resolvable(bounds, red):
+            below, above = red_lines.nearest_boundaries(bounds, red)
             near = " and ".join(f"{(b * 1000).normalize():f} ms" for b in (below, above) if b is not None)
             report.add("red-line-unresolvable", ERROR, f"{sla.service}: red line {sla.p99_ms} ms is not a bucket boundary",
                        f"buckets (s): {', '.join(f'{b:g}' for b in bounds[:12])}{' ...' if len(bounds) > 12 else ''}; "

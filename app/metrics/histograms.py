@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from decimal import Decimal, InvalidOperation
 
+from app.policy.red_lines import as_seconds
+
 INF = Decimal("Infinity")
 BREACH, CLEAR, UNRESOLVED = "breach", "clear", "unresolved"
 # vLLM's buckets for vllm:e2e_request_latency_seconds (vllm/v1/metrics/loggers.py), in seconds.
@@ -32,25 +34,6 @@ def boundaries(les: Iterable[str]) -> tuple[Decimal, ...]:
     """The finite, distinct bucket boundaries among `le` values, ascending (unparseable ones dropped)."""
     parsed = (parse_le(le) for le in les)
     return tuple(sorted({b for b in parsed if b is not None and b.is_finite()}))
-
-
-def _seconds(red_line_s: Decimal | float | int | str) -> Decimal:
-    return red_line_s if isinstance(red_line_s, Decimal) else Decimal(str(red_line_s))
-
-
-def resolvable(bounds: Sequence[Decimal], red_line_s: Decimal | float | int | str) -> bool:
-    """True when the red line is one of the finite boundaries: every minute is then a breach or clear."""
-    red = _seconds(red_line_s)
-    return any(b == red for b in bounds)
-
-
-def nearest_boundaries(bounds: Sequence[Decimal], red_line_s: Decimal | float | int | str
-                       ) -> tuple[Decimal | None, Decimal | None]:
-    """The closest finite boundaries at or below and at or above the red line (None where there is none)."""
-    red = _seconds(red_line_s)
-    below = max((b for b in bounds if b <= red), default=None)
-    above = min((b for b in bounds if b >= red), default=None)
-    return below, above
 
 
 def p99_bucket(cumulative: Sequence[tuple[Decimal, float]], q: float = 0.99) -> tuple[Decimal, Decimal] | None:
@@ -93,27 +76,9 @@ def quantile(cumulative: Sequence[tuple[Decimal, float]], q: float = 0.99) -> fl
 def verdict(bucket: tuple[Decimal, Decimal], red_line_s: Decimal | float | int | str) -> str:
     """BREACH when the whole bucket lies above the red line, CLEAR when below, else UNRESOLVED."""
     lower, upper = bucket
-    red = _seconds(red_line_s)
+    red = as_seconds(red_line_s)
     if lower >= red:
         return BREACH
     if upper <= red:
         return CLEAR
     return UNRESOLVED
-
-
-def red_line_finding(bounds: Sequence[Decimal], red_line_ms: Decimal | int | str) -> str | None:
-    """Why a red line cannot be judged by these buckets, naming the nearest boundaries; None when it can."""
-    red_s = Decimal(str(red_line_ms)) / 1000
-    if not bounds or resolvable(bounds, red_s):
-        return None
-    below, above = nearest_boundaries(bounds, red_s)
-    lower = below if below is not None else Decimal(0)
-    inside = f"({_ms(lower)}, {_ms(above)}] ms" if above is not None else f"above {_ms(lower)} ms (the +Inf bucket)"
-    nearest = " or ".join(f"{_ms(b)} ms" for b in (below, above) if b is not None)
-    return (f"red line {_ms(red_s)} ms is not a bucket boundary of the latency histogram: minutes whose P99 falls in "
-            f"the bucket {inside} are unresolved (neither breach nor clear, never billed); the nearest boundaries are "
-            f"{nearest}")
-
-
-def _ms(seconds: Decimal) -> str:
-    return f"{(seconds * 1000).normalize():f}"

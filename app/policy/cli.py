@@ -86,17 +86,14 @@ def show(
 
 
 @app.command("validate")
-def validate_(file: Path = typer.Argument(..., help="policy document, YAML or JSON")) -> None:
+def validate_(ctx: typer.Context, file: Path = typer.Argument(..., help="policy document, YAML or JSON")) -> None:
     """Check FILE: print every error and warning with its path; exit 1 on errors."""
-    from app.core.settings import get_settings
-    from app.metrics.serving import bucket_lookup
     from app.policy.parsing import check_document
 
-    # With a Prometheus configured, red lines are checked against the histograms' real buckets.
-    settings = get_settings()
-    buckets = bucket_lookup(settings.prometheus_url, timeout_s=min(settings.prometheus_timeout_s, 10.0)) \
-        if settings.prometheus_url else None
-    _, problems = check_document(_read(file), latency_buckets=buckets)
+    # Red lines are checked against the histograms' real buckets when the `chargeback` command
+    # supplies a source (the Prometheus client lives above policy, in metrics).
+    source = (ctx.obj or {}).get("latency_buckets")
+    _, problems = check_document(_read(file), latency_buckets=source() if source else None)
     _print_problems(problems)
     errors = sum(1 for p in problems if p.severity == "error")
     typer.echo(f"{errors} error(s), {len(problems) - errors} warning(s)")

@@ -25,9 +25,9 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel
 
 from app.core.errors import FieldError
-from app.metrics.histograms import red_line_finding
 from app.policy import gpus
 from app.policy.document import UNALLOCATED, UNPOOLED, Pool, PolicyDocument
+from app.policy.red_lines import red_line_finding
 
 RANK = {"inference": 2, "training": 1, "preprocessing": 0}
 EVICTION_ACTIONS = ("shrink-training-batch", "suspend-training")

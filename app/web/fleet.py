@@ -12,7 +12,7 @@ from app.core.deps import SessionDep
 from app.http.templating import render
 from app.metrics.attribution import UNPOOLED
 from app.metrics.occupancy_read import occupancy
-from app.policy.changes_preview import capacity_impact
+from app.review.impact import capacity_impact
 from app.web.dashboard_common import active_document, range_context, resolve
 
 router = APIRouter(include_in_schema=False)

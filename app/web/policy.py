@@ -10,18 +10,20 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from starlette.responses import RedirectResponse, Response
 
-from app.api.policy import MAX_ID, BucketsDep, Id, PeaksDep
+from app.api.policy import BucketsDep, Id, PeaksDep
 from app.auth.deps import Operator, Reviewer, Staff
+from app.core.audit import AuditEntry, readable_entries
+from app.http.pagination import MAX_ID, paginate
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid
 from app.core.timeutil import aware
 from app.http.htmx import is_htmx
 from app.http.templating import render
-from app.policy import changes, changes_preview, releases
 from app.policy.models import PolicyVersion
 from app.policy.parsing import check_document
-from app.policy.review_models import ChangeState, ReleaseChange, ReleaseState
 from app.policy.service import active_version, dump_yaml, get_version, latest_version, list_versions, load_document
+from app.review import changes, impact, releases
+from app.review.models import ChangeState, ReleaseChange, ReleaseState
 
 router = APIRouter(prefix="/policy", include_in_schema=False)
 
@@ -106,7 +108,7 @@ def version_page(number: Id, request: Request, session: SessionDep, user: Staff)
 @router.get("/changes")
 def change_list(request: Request, session: SessionDep, user: Staff, state: str | None = None) -> Response:
     return render(request, "policy/changes.html", {"title": "Change requests", "state": state or "",
-                                                   "states": ChangeState.ALL,
+                                                   "states": tuple(ChangeState),
                                                    "changes": changes.list_changes(session=session, state=state or None)})
 
 
@@ -147,7 +149,7 @@ def change_page(change_id: Id, request: Request, session: SessionDep, user: Staf
     context = {
         "title": f"Change request #{change.id}",
         "change": change,
-        "preview": changes_preview.preview(session=session, change=change, measured_peaks=peaks, month=month,
+        "preview": impact.preview(session=session, change=change, measured_peaks=peaks, month=month,
                                            latency_buckets=buckets),
         "comments": changes.comments(session=session, change_id=change.id),
         "decisions": changes.decisions(session=session, change_id=change.id),
@@ -237,7 +239,7 @@ def release_board(request: Request, session: SessionDep, user: Staff) -> Respons
     everything = releases.list_releases(session=session)
     taken = set(session.exec(select(ReleaseChange.change_id)))
     free = [c for c in changes.list_changes(session=session, state=ChangeState.APPROVED) if c.id not in taken]
-    columns = [(state, [r for r in everything if r.state == state]) for state in ReleaseState.ALL]
+    columns = [(state, [r for r in everything if r.state == state]) for state in tuple(ReleaseState)]
     context = {
         "title": "Releases",
         "columns": columns,
@@ -296,9 +298,9 @@ def release_rollback(release_id: Id, request: Request, session: SessionDep, user
 @router.get("/audit")
 def audit_page(request: Request, session: SessionDep, user: Staff, actor: str = "", action: str = "",
                entity: str = "", entity_id: str = "", cursor: str = "") -> Response:
-    rows, next_cursor = changes.audit_entries(session=session, actor=actor or None, action=action or None,
-                                              entity=entity or None, entity_id=entity_id or None, limit=50,
-                                              cursor=cursor or None)
+    stmt = readable_entries(tenants=user.visible_tenants(), actor=actor or None, action=action or None,
+                            entity=entity or None, entity_id=entity_id or None)
+    rows, next_cursor = paginate(session, stmt, keys=[AuditEntry.id], limit=50, cursor=cursor or None, descending=True)
     filters = {"actor": actor, "action": action, "entity": entity, "entity_id": entity_id}
     return render(request, "policy/audit.html", {"title": "Audit log", "rows": rows, "next_cursor": next_cursor,
                                                  "filters": filters})

@@ -12,7 +12,7 @@ from app.auth import service
 from app.core.errors import Invalid
 from app.http.pagination import decode_cursor, encode_cursor
 from tests.auth.fixtures import make_user, sign_in
-from tests.policy.review_builders import draft, seed
+from tests.review.review_builders import draft, seed
 
 pytestmark = pytest.mark.anyio
 

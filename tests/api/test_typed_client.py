@@ -26,7 +26,7 @@ from app.policy.parsing import parse_document
 from app.policy.service import import_version
 from tests.auth.fixtures import make_user
 from tests.billing.builders import add_hour, fill_month, store_policy
-from tests.policy.review_builders import edited, set_p99, set_price
+from tests.review.review_builders import edited, set_p99, set_price
 
 pytestmark = pytest.mark.anyio
 API = "/api/v1"
@@ -146,7 +146,7 @@ async def drive(client: httpx.AsyncClient, session) -> list[Answer]:
     await call("olga", "POST", "/policy/releases/{release_id}/apply", path=rid, json={"effective_from": soon})
     await call("olga", "POST", "/policy/releases/{release_id}/deploy", path=rid)
     await call("olga", "POST", "/policy/releases/{release_id}/rollback", path=rid, json={})
-    await call("vic", "GET", "/policy/audit", params={"limit": 5})
+    await call("vic", "GET", "/audit", params={"action": "release.", "limit": 5})
 
     # rebase onto a newer version: one request merges cleanly, one conflicts with it
     drafts = [(await call("olga", "POST", "/policy/changes", expect=201, json={

@@ -100,7 +100,6 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("POST", "/api/v1/policy/releases/{release_id}/apply"): OPERATOR,
     ("POST", "/api/v1/policy/releases/{release_id}/deploy"): OPERATOR,
     ("POST", "/api/v1/policy/releases/{release_id}/rollback"): OPERATOR,
-    ("GET", "/api/v1/policy/audit"): STAFF,
     # directory: tenant members see only their tenants and the audit entries about them
     ("GET", "/api/v1/tenants"): SIGNED_IN,
     ("GET", "/api/v1/tenants/{name}"): SIGNED_IN,

@@ -21,7 +21,7 @@ from app.main import create_app
 from app.policy.models import PolicyVersion
 from tests.auth.fixtures import fast_hashing, page_csrf  # noqa: F401
 from tests.billing.builders import add_hour, store_policy
-from tests.policy.review_builders import approved, edited, seed, set_quota
+from tests.review.review_builders import approved, edited, seed, set_quota
 
 BASE = "http://portal.test"
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
@@ -213,7 +213,7 @@ def test_refused_commit_on_policy_apply(pg_portal, fresh_engine):
     raw = _user(fresh_engine, "otto", "operator")
     with unit_of_work(fresh_engine) as s:
         change = approved(s, seed(s))
-        from app.policy import releases
+        from app.review import releases
 
         release = releases.create_release(session=s, actor="otto", name="r1", service="svc",
                                           planned_at=datetime.now(UTC) + timedelta(days=1))

@@ -11,11 +11,9 @@ from app.metrics.histograms import (
     UNRESOLVED,
     VLLM_E2E_LATENCY_S,
     boundaries,
-    nearest_boundaries,
     p99_bucket,
     parse_le,
     quantile,
-    resolvable,
     verdict,
 )
 
@@ -30,14 +28,6 @@ def test_le_values_parse_exactly_and_junk_is_dropped():
     assert parse_le("0.3") == D("0.3") and parse_le("+Inf") == INF and parse_le("1e+00") == D(1)
     assert parse_le("NaN") is None and parse_le("abc") is None and parse_le("-1") is None
     assert boundaries(["+Inf", "0.5", "0.3", "x", "0.5"]) == (D("0.3"), D("0.5"))
-
-
-def test_only_a_boundary_is_resolvable_and_the_neighbours_are_named():
-    assert resolvable(VLLM, D("0.3")) and resolvable(VLLM, 0.5) and resolvable(VLLM, "60")
-    assert not resolvable(VLLM, D("0.25")) and not resolvable(VLLM, D("0.7")) and not resolvable(VLLM, 10000)
-    assert nearest_boundaries(VLLM, D("0.25")) == (None, D("0.3"))
-    assert nearest_boundaries(VLLM, D("0.7")) == (D("0.5"), D("0.8"))
-    assert nearest_boundaries(VLLM, D("9000")) == (D("7680.0"), None)
 
 
 def test_the_bucket_holding_p99_decides_breach_clear_or_unresolved():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from collections.abc import Iterator
 
 import pytest
@@ -111,6 +112,16 @@ def test_validate_prints_errors_and_warnings(cli_db, example_file, bad_file):
     bad = run("validate", str(bad_file))
     assert bad.exit_code == 1
     assert bad.stdout.strip() == "2 error(s), 1 warning(s)"
+
+
+def test_validate_checks_red_lines_with_the_bucket_source_it_is_given(tmp_path, data):
+    # The `chargeback` command hands policy the Prometheus bucket lookup (policy does not import metrics).
+    data["sla"][0]["p99_ms"] = 250
+    path = tmp_path / "red.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    buckets = tuple(Decimal(b) for b in ("0.1", "0.3", "0.5"))
+    result = runner.invoke(app, ["policy", "validate", str(path)], obj={"latency_buckets": lambda: lambda selector: buckets})
+    assert result.exit_code == 0 and "warning: sla[0].p99_ms: red line 250 ms is not a bucket boundary" in result.stderr
 
 
 def test_validate_reports_yaml_syntax_errors(cli_db, tmp_path):

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from app.api.policy import latency_buckets
-from app.metrics.histograms import VLLM_E2E_LATENCY_S, boundaries, red_line_finding
+from app.metrics.histograms import VLLM_E2E_LATENCY_S, boundaries
 from app.metrics.serving import bucket_lookup
 from app.policy.service import dump_yaml
 from app.policy.validation import validate
+from app.review.impact import configured_latency_buckets as latency_buckets
 from tests.metrics import scenario
 from tests.metrics.conftest import scenario_prometheus  # noqa: F401 (fixture)
 from tests.metrics.policies import mixed_policy
-from tests.policy.test_review_api_fuzz import URL, client_for
+from tests.review.test_review_api_fuzz import URL, client_for
 
 VLLM = boundaries(VLLM_E2E_LATENCY_S)
 SEARCH = 'vllm:e2e_request_latency_seconds_bucket{namespace="search-prod"}'
@@ -22,16 +22,6 @@ SEARCH = 'vllm:e2e_request_latency_seconds_bucket{namespace="search-prod"}'
 def with_red_line(p99_ms: str):
     policy = mixed_policy()
     return policy.model_copy(update={"sla": [policy.sla[0].model_copy(update={"p99_ms": Decimal(p99_ms)})]})
-
-
-def test_the_finding_names_the_bucket_and_the_nearest_boundaries():
-    assert red_line_finding(VLLM, 300) is None and red_line_finding(VLLM, "1500") is None
-    assert red_line_finding((), 250) is None  # unknown buckets: nothing to say
-    under = red_line_finding(VLLM, 250)
-    assert "red line 250 ms" in under and "(0, 300] ms are unresolved" in under and "nearest boundaries are 300 ms" in under
-    inside = red_line_finding(VLLM, Decimal("650.5"))
-    assert "(500, 800] ms" in inside and "500 ms or 800 ms" in inside
-    assert "above 7680000 ms (the +Inf bucket)" in red_line_finding(VLLM, 9_000_000)
 
 
 def test_validation_reads_the_buckets_from_prometheus(scenario_prometheus):  # noqa: F811

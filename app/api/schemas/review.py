@@ -9,7 +9,10 @@ from pydantic import Field
 
 from app.api.schemas import DecimalText, Out
 from app.api.schemas.policy import FieldChange, Finding, VersionPublic
-from app.policy.review_models import ChangeState, ReleaseState
+from app.review.models import ChangeState, ReleaseState
+
+CHANGE_STATES = tuple(s.value for s in ChangeState)
+RELEASE_STATES = tuple(s.value for s in ReleaseState)
 
 
 class ChangePublic(Out):
@@ -17,7 +20,7 @@ class ChangePublic(Out):
     title: str
     justification: str
     author: str
-    state: Literal[ChangeState.ALL]  # type: ignore[valid-type]
+    state: Literal[CHANGE_STATES]  # type: ignore[valid-type]
     base_version: int
     approvals: int
     created_at: datetime
@@ -137,7 +140,7 @@ class ReleasePublic(Out):
     name: str
     service: str
     planned_at: datetime
-    state: Literal[ReleaseState.ALL]  # type: ignore[valid-type]
+    state: Literal[RELEASE_STATES]  # type: ignore[valid-type]
     created_by: str
     created_at: datetime
     effective_from: datetime | None

@@ -1,12 +1,13 @@
 """Change review tables (SPEC section 7): change requests, their comments and approvals, releases, artifacts.
 
-State lives in plain string columns and moves only by conditional UPDATEs (`... WHERE state = :from`)
+State lives in plain string columns (the enums' values) and moves only by conditional UPDATEs (`... WHERE state = :from`)
 in the services, so two people acting at the same moment cannot both win.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 
 from sqlalchemy import Column, LargeBinary, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
@@ -14,7 +15,7 @@ from sqlmodel import Field, SQLModel
 import app.core.models  # noqa: F401  (naming convention)
 
 
-class ChangeState:
+class ChangeState(StrEnum):
     DRAFT = "draft"
     SUBMITTED = "submitted"
     APPROVED = "approved"
@@ -22,16 +23,12 @@ class ChangeState:
     WITHDRAWN = "withdrawn"
     APPLIED = "applied"  # approved and made part of a version by a release gate
 
-    ALL = (DRAFT, SUBMITTED, APPROVED, REJECTED, WITHDRAWN, APPLIED)
 
-
-class ReleaseState:
+class ReleaseState(StrEnum):
     PLANNED = "planned"
     APPLIED = "applied"  # its policy is a version: only now may it be deployed
     DEPLOYED = "deployed"
     ROLLED_BACK = "rolled_back"
-
-    ALL = (PLANNED, APPLIED, DEPLOYED, ROLLED_BACK)
 
 
 class ChangeRequest(SQLModel, table=True):

@@ -19,10 +19,10 @@ from app.core.audit import AuditEntry, record
 from app.core.db import make_engine, unit_of_work
 from app.core.errors import Conflict
 from app.core.timeutil import floor_hour, utcnow
-from app.policy import changes, releases
 from app.policy.models import PolicyVersion
-from app.policy.review_models import ChangeRequest, ChangeState
-from tests.policy.review_builders import draft, seed, set_p99
+from app.review import changes, releases
+from app.review.models import ChangeRequest, ChangeState
+from tests.review.review_builders import draft, seed, set_p99
 from tests.support.databases import drop_postgres_database, migrated, new_postgres_database
 
 EFFECTIVE = floor_hour(utcnow()) + timedelta(hours=2)

@@ -9,9 +9,9 @@ from sqlmodel import select
 
 from app.core.audit import AuditEntry
 from app.core.errors import AppError, Conflict, Invalid
-from app.policy import changes, changes_preview
-from app.policy.review_models import ChangeState
-from tests.policy.review_builders import approved, draft, edited, seed, set_p99, set_price, set_quota
+from app.review import changes, impact
+from app.review.models import ChangeState
+from tests.review.review_builders import approved, draft, edited, seed, set_p99, set_price, set_quota
 
 
 def audit(session, action: str, change_id: int) -> list[AuditEntry]:
@@ -178,7 +178,7 @@ def test_rebase_with_conflict_reports_fields_and_changes_nothing(session):
 def test_preview_capacity_and_memory(session):
     v1 = seed(session)
     change = draft(session, v1, edit=set_quota(20))
-    preview = changes_preview.preview(session=session, change=change, measured_peaks={"search": 500_000})
+    preview = impact.preview(session=session, change=change, measured_peaks={"search": 500_000})
     assert not preview["valid"]
     pool = preview["capacity"]["quotas"][0]
     assert (pool["pool"], pool["gpus"], pool["guaranteed_before"], pool["guaranteed"], pool["over"]) == ("mixed-a100", 16, 4, 20, True)
@@ -193,7 +193,7 @@ def test_preview_capacity_and_memory(session):
 def test_preview_price_change_without_rollups_names_the_month(session):
     v1 = seed(session)
     change = draft(session, v1, edit=set_price("0.30"))
-    preview = changes_preview.preview(session=session, change=change)
+    preview = impact.preview(session=session, change=change)
     assert preview["price"]["pool_hours"] == 0 and len(preview["price"]["month"]) == 7
     assert [c["path"] for c in preview["diff"]] == ["pricing.energy_price_per_kwh"]
 
@@ -211,7 +211,7 @@ def test_preview_price_change_rerates_last_month_tenant_by_tenant(session):
     for i in range(3):
         add_hour(session, hour=start + timedelta(hours=i), version=v1.id, breaches=())
     change = draft(session, v1, edit=set_price("0.40"))
-    price = changes_preview.preview(session=session, change=change, month="2026-10")["price"]
+    price = impact.preview(session=session, change=change, month="2026-10")["price"]
     assert price["month"] == "2026-10" and price["pool_hours"] == 3 and price["currency"] == "USD"
     rows = {r["tenant"]: r for r in price["tenants"]}
     assert {"search", "vision", "etl"} <= set(rows)
@@ -251,3 +251,11 @@ def test_structured_edit_refusals(session):
     with pytest.raises(AppError) as err:
         changes.set_field(session=session, change_id=change.id, actor="rita", path="pricing.pue", value="1.4")
     assert err.value.status == 403
+
+
+def test_states_are_enums_with_the_stored_values():
+    from app.review.models import ReleaseState
+
+    assert [s.value for s in ChangeState] == ["draft", "submitted", "approved", "rejected", "withdrawn", "applied"]
+    assert [s.value for s in ReleaseState] == ["planned", "applied", "deployed", "rolled_back"]
+    assert f"{ChangeState.DRAFT}" == "draft" and ChangeState("applied") == "applied"

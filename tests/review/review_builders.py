@@ -9,12 +9,12 @@ from pathlib import Path
 
 from sqlmodel import Session
 
-from app.policy import changes
 from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
-from app.policy.review_models import ChangeRequest
-from app.policy.service import dump_yaml, import_version, load_document
 from app.policy.parsing import parse_document
+from app.policy.service import dump_yaml, import_version, load_document
+from app.review import changes
+from app.review.models import ChangeRequest
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "policy.yaml"
 SEED_FROM = datetime(2026, 1, 1, tzinfo=UTC)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import case, func, update
+from sqlalchemy import case, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
@@ -22,9 +22,9 @@ from app.core.settings import get_settings
 from app.core.timeutil import utcnow
 from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
-from app.policy.review_models import ChangeApproval, ChangeComment, ChangeRequest, ChangeState
-from app.policy.service import dump_yaml, get_version, latest_version, load_document
 from app.policy.parsing import MAX_CHARS, check_document, load_value, pydantic_errors
+from app.policy.service import dump_yaml, get_version, latest_version, load_document
+from app.review.models import ChangeApproval, ChangeComment, ChangeRequest, ChangeState
 
 MAX_DOCUMENT_CHARS = MAX_CHARS  # the parser refuses longer documents too
 MAX_TITLE_CHARS = 200
@@ -55,8 +55,8 @@ def list_changes(*, session: Session, state: str | None = None) -> list[ChangeRe
     """Change requests, newest first, optionally in one state."""
     stmt = select(ChangeRequest).order_by(ChangeRequest.id.desc())
     if state:
-        if state not in ChangeState.ALL:
-            raise Invalid(f"unknown state {state!r}", [FieldError("state", f"one of {', '.join(ChangeState.ALL)}")])
+        if state not in tuple(ChangeState):
+            raise Invalid(f"unknown state {state!r}", [FieldError("state", f"one of {', '.join(tuple(ChangeState))}")])
         stmt = stmt.where(ChangeRequest.state == state)
     return list(session.exec(stmt))
 
@@ -336,7 +336,7 @@ def reject(*, session: Session, change_id: int, actor: str, comment: str = "") -
 
 def withdraw(*, session: Session, change_id: int, actor: str) -> ChangeRequest:
     """The author takes back a request that has not been applied or attached to a release."""
-    from app.policy.review_models import ReleaseChange
+    from app.review.models import ReleaseChange
 
     change = get_change(session=session, change_id=change_id)
     if actor != change.author:
@@ -424,59 +424,3 @@ def rebase(*, session: Session, change_id: int, actor: str) -> dict:
            before=before, after=snapshot(change))
     return {"rebased": True, "base_version": current.id, "conflicts": [],
             "errors": [e.as_dict() for e in errors]}
-
-
-def audit_entries(
-    *,
-    session: Session,
-    actor: str | None = None,
-    action: str | None = None,
-    entity: str | None = None,
-    entity_id: str | None = None,
-    since=None,
-    until=None,
-    limit: int = 50,
-    cursor: str | None = None,
-) -> tuple[list, str | None]:
-    """Audit entries newest first; `action` ending in "." is a prefix; keyset cursor on the entry id."""
-    import base64
-    import binascii
-
-    from app.core.audit import AuditEntry
-    from app.core.timeutil import aware
-
-    bad = storable(**{"query.actor": actor, "query.action": action, "query.entity": entity, "query.entity_id": entity_id})
-    if bad:
-        raise Invalid("a filter contains a NUL character", bad)
-    stmt = select(AuditEntry).order_by(AuditEntry.id.desc())
-    if actor:
-        stmt = stmt.where(AuditEntry.actor == actor)
-    if action:
-        stmt = stmt.where(AuditEntry.action.startswith(action, autoescape=True) if action.endswith(".") else AuditEntry.action == action)
-    if entity:
-        stmt = stmt.where(AuditEntry.entity == entity)
-    if entity_id:
-        stmt = stmt.where(AuditEntry.entity_id == entity_id)
-    if since:
-        stmt = stmt.where(AuditEntry.at >= aware(since))
-    if until:
-        stmt = stmt.where(AuditEntry.at < aware(until))
-    if cursor:
-        try:
-            before_id = int(base64.urlsafe_b64decode(cursor.encode() + b"==").decode())
-            if not 0 < before_id < 2**63:
-                raise ValueError(before_id)
-        except (ValueError, binascii.Error, UnicodeDecodeError):
-            raise Invalid("the cursor is not one this API issued", [FieldError("query.cursor", "invalid cursor")]) from None
-        stmt = stmt.where(AuditEntry.id < before_id)
-    rows = list(session.exec(stmt.limit(limit + 1)))
-    if len(rows) <= limit:
-        return rows, None
-    rows = rows[:limit]
-    return rows, base64.urlsafe_b64encode(str(rows[-1].id).encode()).decode().rstrip("=")
-
-
-def count_by_state(*, session: Session) -> dict[str, int]:
-    """Number of requests in each state (for the releases board)."""
-    rows = session.execute(select(ChangeRequest.state, func.count()).group_by(ChangeRequest.state))
-    return {state: n for state, n in rows}

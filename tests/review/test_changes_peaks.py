@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from app.policy import changes_preview
 from app.policy.validation import validate
-from tests.policy.review_builders import example_document
+from app.review import impact
+from tests.review.review_builders import example_document
 from tests.support.prometheus import PrometheusServer, openmetrics
 
 NOW = datetime(2026, 11, 30, 0, tzinfo=UTC)
@@ -33,15 +33,15 @@ def test_peaks_from_prometheus_sum_gpus_at_the_same_minute(tmp_path):
         fb_used("3", "unknown-ns", train)])])
     doc = example_document()
     with PrometheusServer.backfilled(tmp_path, text) as prom:
-        peaks = changes_preview.measured_peaks_from_prometheus(prom.url, doc, at=NOW)
+        peaks = impact.measured_peaks_from_prometheus(prom.url, doc, at=NOW)
     assert peaks == {"search": 300_000.0, "vision": 50_000.0}
     # 30% of 16 A100-80GB = 393216 MiB reserved for search: below 1.2 x 400000, an error at the reservation.
     errors = validate(doc, measured_peak_mib={"search": 400_000.0})
     assert any(e.path == "pools[0].reservations.search" and e.severity == "error" for e in errors)
     assert not any(e.severity == "error" for e in validate(doc, measured_peak_mib=peaks))
-    memory = changes_preview.capacity_impact(None, doc, measured_peaks=peaks)["memory"]
+    memory = impact.capacity_impact(None, doc, measured_peaks=peaks)["memory"]
     assert memory == [{"tenant": "search", "reserved_mib": 393216, "peak_mib": 300000, "required_mib": 360000, "ok": True}]
 
 
 def test_unreachable_prometheus_means_not_measured():
-    assert changes_preview.measured_peaks_from_prometheus("http://127.0.0.1:9", example_document(), at=NOW, timeout_s=1) is None
+    assert impact.measured_peaks_from_prometheus("http://127.0.0.1:9", example_document(), at=NOW, timeout_s=1) is None

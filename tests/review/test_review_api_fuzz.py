@@ -16,7 +16,7 @@ from app.core.db import unit_of_work
 from app.core.deps import get_session
 from app.main import create_app
 from tests.auth.fixtures import make_user
-from tests.policy.review_builders import example_document, seed
+from tests.review.review_builders import example_document, seed
 
 URL = "/api/v1/policy/validate"
 

@@ -22,11 +22,11 @@ from app.core.audit import record
 from app.core.db import is_postgres
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
 from app.core.timeutil import aware, floor_hour, utcnow
-from app.policy.changes import current_version, get_change, storable, validation
 from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
-from app.policy.review_models import ChangeRequest, ChangeState, PolicyArtifact, Release, ReleaseChange, ReleaseState
 from app.policy.service import get_version, import_version, latest_version, load_document
+from app.review.changes import current_version, get_change, storable, validation
+from app.review.models import ChangeRequest, ChangeState, PolicyArtifact, Release, ReleaseChange, ReleaseState
 
 ENTITY = "release"
 # Any constant: every transaction that writes a policy version takes this transaction-level lock first.
@@ -65,8 +65,8 @@ def list_releases(*, session: Session, state: str | None = None) -> list[Release
     """Releases by planned time, newest first."""
     stmt = select(Release).order_by(Release.planned_at.desc(), Release.id.desc())
     if state:
-        if state not in ReleaseState.ALL:
-            raise Invalid(f"unknown state {state!r}", [FieldError("state", f"one of {', '.join(ReleaseState.ALL)}")])
+        if state not in tuple(ReleaseState):
+            raise Invalid(f"unknown state {state!r}", [FieldError("state", f"one of {', '.join(tuple(ReleaseState))}")])
         stmt = stmt.where(Release.state == state)
     return list(session.exec(stmt))
 

@@ -13,11 +13,11 @@ from sqlmodel import select
 from app.core.audit import AuditEntry
 from app.core.errors import Conflict, Invalid
 from app.core.timeutil import floor_hour, utcnow
-from app.policy import changes, releases
 from app.policy.models import PolicyVersion
-from app.policy.review_models import ChangeState, PolicyArtifact, ReleaseState
 from app.policy.service import latest_version, load_document, version_at
-from tests.policy.review_builders import approved, draft, seed, set_p99, set_price
+from app.review import changes, releases
+from app.review.models import ChangeState, PolicyArtifact, ReleaseState
+from tests.review.review_builders import approved, draft, seed, set_p99, set_price
 
 # Changes go forward: every effective time is after the test starts.
 PLANNED = floor_hour(utcnow()) + timedelta(hours=2)

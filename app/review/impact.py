@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from sqlmodel import Session
 
-from app.core.errors import Invalid
+from app.billing.loader import load_hours
+from app.billing.period import parse_period
+from app.billing.rating import rate_period
+from app.billing.totals import account_totals
+from app.core.errors import AppError, Invalid
 from app.core.settings import get_settings
 from app.core.timeutil import utcnow
-from app.policy.changes import is_stale, semantic_diff, validation
+from app.metrics.prometheus_api import PromReader
+from app.metrics.serving import bucket_lookup
+from app.policy import gpus
 from app.policy.document import PolicyDocument
-from app.policy.review_models import ChangeRequest
 from app.policy.service import get_version, load_document
+from app.policy.validation import LatencyBuckets, pool_model
+from app.review.changes import is_stale, semantic_diff, validation
+from app.review.models import ChangeRequest
 
 
 def _pool_gpus(pool) -> int:
@@ -43,9 +53,6 @@ def _quota_rows(base: PolicyDocument | None, doc: PolicyDocument) -> list[dict]:
 
 
 def _mig_rows(doc: PolicyDocument) -> list[dict]:
-    from app.policy import gpus
-    from app.policy.validation import pool_model
-
     rows = []
     for node, layout in sorted(doc.isolation.mig.items()):
         pool = doc.pool_for_node(node)
@@ -64,9 +71,6 @@ def _mig_rows(doc: PolicyDocument) -> list[dict]:
 
 def _reserved_mib(doc: PolicyDocument, tenant: str) -> float | None:
     """GPU memory held for an inference tenant: its weighted share of each pool's reserved fraction."""
-    from app.policy import gpus
-    from app.policy.validation import pool_model
-
     reserved = 0.0
     for pool in doc.pools:
         weight = pool.reservations.get(tenant)
@@ -126,13 +130,6 @@ def price_impact(*, session: Session, base: PolicyDocument, doc: PolicyDocument,
     """
     if base.pricing == doc.pricing:
         return None
-    from dataclasses import replace
-
-    from app.billing.loader import load_hours
-    from app.billing.periods import parse_period
-    from app.billing.rating import rate_period
-    from app.billing.totals import account_totals
-
     period = parse_period(month or previous_month(), field_path="month")
     hours = list(load_hours(session=session, start=period.start, end=period.end))
     span = {"period_start": int(period.start.timestamp()), "period_end": int(period.end.timestamp())}
@@ -174,10 +171,7 @@ def preview(
         return out
     out["diff"] = [c.as_dict() for c in semantic_diff(session=session, change=change)]
     out["capacity"] = capacity_impact(base, doc, measured_peaks=measured_peaks)
-    try:
-        out["price"] = price_impact(session=session, base=base, doc=doc, month=month)
-    except ImportError as exc:  # billing not installed in this build
-        out["price"] = {"error": f"invoice preview unavailable: {exc}"}
+    out["price"] = price_impact(session=session, base=base, doc=doc, month=month)
     return out
 
 
@@ -196,32 +190,30 @@ def measured_peaks_from_prometheus(
 
     Namespaces of one tenant are added (an upper bound when their peaks did not coincide).
     """
-    import time
-
-    from prometheus_api_client import PrometheusConnect
-
     key = (url, window, at)
     cached = _PEAK_CACHE.get(key)
     if cached is not None and time.monotonic() - cached[0] < PEAK_CACHE_S:
         result = cached[1]
     else:
         try:
-            client = PrometheusConnect(url=url.rstrip("/"), timeout=timeout_s)
-            params = {"time": (at or utcnow()).timestamp()}
-            result = client.custom_query(PEAK_QUERY.format(window=window), params=params)
-        except Exception:  # noqa: BLE001 - any failure means "not measured": validation then warns instead
+            result = PromReader(url, timeout_s=timeout_s).query(PEAK_QUERY.format(window=window), (at or utcnow()).timestamp())
+        except AppError:  # unanswered, partial or refused: not measured: validation then warns instead
             return None
         if len(_PEAK_CACHE) > 32:
             _PEAK_CACHE.clear()
         _PEAK_CACHE[key] = (time.monotonic(), result)
     peaks: dict[str, float] = {}
-    for series in result:
-        tenant = doc.tenant_for_namespace(series.get("metric", {}).get("namespace", ""))
-        if tenant is None:
+    for labels, samples in result:
+        tenant = doc.tenant_for_namespace(labels.get("namespace", ""))
+        if tenant is None or not samples:
             continue
-        try:
-            value = float(series["value"][1])
-        except (KeyError, IndexError, TypeError, ValueError):
-            continue
-        peaks[tenant.name] = peaks.get(tenant.name, 0.0) + value
+        peaks[tenant.name] = peaks.get(tenant.name, 0.0) + samples[-1][1]
     return peaks
+
+
+def configured_latency_buckets() -> LatencyBuckets | None:
+    """Bucket boundaries of a latency histogram as the configured Prometheus has them (red-line warnings); None without one."""
+    settings = get_settings()
+    if not settings.prometheus_url:
+        return None
+    return bucket_lookup(settings.prometheus_url, timeout_s=min(settings.prometheus_timeout_s, 10.0))
