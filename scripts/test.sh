@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the tests need on a fresh Debian machine, then run every test.
 #   - Debian packages: prometheus (+ promtool), chromium, poppler-utils (pdftotext), postgresql,
-#     kubernetes-client (kubectl), victoria-metrics (+ vmctl)
+#     kubernetes-client (kubectl), victoria-metrics
 #   - a virtualenv in .venv with the project and its test extras
 #   - PostgreSQL: the one on 127.0.0.1:5432 if it answers, else a throwaway cluster in /tmp
 # Extra arguments go to pytest (e.g. scripts/test.sh -k billing).
@@ -16,8 +16,6 @@ command -v promtool >/dev/null || missing+=(prometheus)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v pdftotext >/dev/null || missing+=(poppler-utils)
 command -v victoria-metrics >/dev/null || missing+=(victoria-metrics)
-command -v vmctl >/dev/null || missing+=(victoria-metrics)
-command -v script >/dev/null || missing+=(bsdutils)
 command -v pg_isready >/dev/null || missing+=(postgresql-client)
 # kubectl renders the Kubernetes manifests (kubectl kustomize) in tests/deploy.
 command -v kubectl >/dev/null || missing+=(kubernetes-client)

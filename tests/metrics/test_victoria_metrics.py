@@ -1,6 +1,6 @@
 """Engine independence: the same TSDB blocks read through Prometheus 2.x and VictoriaMetrics single-node
-(loaded with `vmctl prometheus --prom-snapshot`) give identical GPU-seconds, dark minutes, breach
-minutes and energy, and both equal the simulator's ground truth."""
+(every sample of the blocks imported through its /api/v1/import, see tests/support/victoria.py) give identical
+GPU-seconds, dark minutes, breach minutes and energy, and both equal the simulator's ground truth."""
 
 from __future__ import annotations
 
