@@ -113,7 +113,9 @@ def run(reader: PromReader, *, at: float, policy: PolicyDocument | None, lookbac
     jobs = {m.get("job", "") for m, _ in occupancy}
     targets = [t for t in targets if t.get("job", "") in jobs]
     series = [m for m, _ in occupancy]
-    pod_nodes = _pod_nodes(report, reader, series, start, at, policy)
+    known_pods = _pod_nodes(report, reader, series, start, at, policy)
+    # Ingestion maps only the exporter identity's pods to nodes (prometheus_source._nodes_plan): so does the doctor.
+    pod_nodes = {pod: node for pod, node in known_pods.items() if exporter.is_exporter(pod=pod)}
     own_pods = target_pods(series)  # ingestion's rule (prometheus_source._note_targets)
     suspects = suspected_exporter_pods(series, targets)
     report.label_style = label_style(series, exporter, own_pods | suspects)
@@ -123,7 +125,7 @@ def run(reader: PromReader, *, at: float, policy: PolicyDocument | None, lookbac
     units, hosts = _units(report, series, exporter, own_pods, pod_nodes)
     _unrecognised_exporter(report, series, exporter, own_pods, suspects, pod_nodes)
     _duplicates(report, series)
-    _hosts(report, series, hosts, pod_nodes, exporter, policy)
+    _hosts(report, series, hosts, known_pods, pod_nodes, exporter, policy)
     _namespaces(report, units, policy)
     _time_slicing(report, reader, at, units, hosts, policy)
     _exporter_gaps(report, reader, start, at, series, pod_nodes)
@@ -323,24 +325,31 @@ def _duplicates(report: Report, series: list[dict]) -> None:
                "drop the second job, or query through a deduplicating layer (Thanos/Mimir with replica labels)")
 
 
-def _hosts(report: Report, series: list[dict], hosts: dict, pod_nodes: dict, exporter: ExporterIdentity,
-           policy: PolicyDocument | None) -> None:
+def _hosts(report: Report, series: list[dict], hosts: dict, known_pods: dict, pod_nodes: dict,
+           exporter: ExporterIdentity, policy: PolicyDocument | None) -> None:
     raw_hosts = {m.get("Hostname") or m.get("hostname") or "" for m in series}
     if "" in raw_hosts:
         report.add("no-hostname", ERROR, "series without a Hostname label",
                    "dcgm-exporter runs with --no-hostname (-n), or a relabeling drops it",
                    "those GPUs match no pool: unpriced, and their period cannot close without accepting them",
                    "remove `-n`/`DCGM_EXPORTER_NO_HOSTNAME` from the exporter's arguments")
-    pod_names = {h for h in raw_hosts if h and (h in pod_nodes or exporter.is_exporter(pod=h))}
+    pod_names = {h for h in raw_hosts if h and (h in known_pods or exporter.is_exporter(pod=h))}
     if pod_names:
         mapped = {h for h in pod_names if h in pod_nodes}
+        unknown = {h for h in pod_names if h in known_pods and h not in pod_nodes}
         severity = WARNING if mapped == pod_names else ERROR
+        fix = ("set env NODE_NAME from fieldRef spec.nodeName on the exporter (the chart and the GPU Operator do; "
+               "custom DaemonSets: add it, chart value `extraEnv`)")
+        if unknown:
+            regex = "|".join(dict.fromkeys([exporter.pod_regex, *sorted({_pod_pattern(h) for h in unknown})]))
+            fix += f"; or name its pods in CHARGEBACK_EXPORTER_POD_REGEX='{regex}' so kube_pod_info maps them"
         report.add("hostname-is-pod", severity, "Hostname is the exporter pod's name (NODE_NAME not set)",
-                   f"{_names(pod_names)}" + (f"; {len(mapped)} mapped to nodes through kube_pod_info" if mapped else ""),
+                   f"{_names(pod_names)}" + (f"; {len(mapped)} mapped to nodes through kube_pod_info" if mapped else "")
+                   + (f"; {len(unknown)} in kube_pod_info but not named by the exporter pod regex, so not mapped"
+                      if unknown else ""),
                    "mapped to the node through kube-state-metrics' kube_pod_info" if severity == WARNING else
                    "the host matches no pool: those GPUs are unpriced and block closing the period",
-                   "set env NODE_NAME from fieldRef spec.nodeName on the exporter (the chart and the GPU Operator do; "
-                   "custom DaemonSets: add it, chart value `extraEnv`)")
+                   fix)
     if policy is None:
         report.add("no-policy", WARNING, "no policy to compare against", "no active policy version was given",
                    "nodes, namespaces and SLA red lines are not checked",

@@ -134,3 +134,38 @@ def test_with_the_setting_both_treat_the_units_as_free_and_the_doctor_is_clean(t
     regex = run_cli(server.url, policy_path, CHARGEBACK_EXPORTER_POD_REGEX="(nvidia-)?dcgm-exporter(-.*)?|gpu-telemetry-.*")
     assert regex.returncode == 0, regex.stdout + regex.stderr
     assert usage(server.url, Settings(exporter_pod_regex="(nvidia-)?dcgm-exporter(-.*)?|gpu-telemetry-.*")) == BILLED
+
+
+@pytest.fixture(scope="module")
+def nameless(tmp_path_factory):
+    """The renamed exporter without NODE_NAME prints its pod as Hostname; kube_pod_info knows the pod's node."""
+    units = {"telemetry": [Unit(EXPORTER["pod"], 0, A100, [(TRAIN0, 0, 60)]),
+                           Unit(EXPORTER["pod"], 1, A100, [(PREP1, 0, 60)])]}
+    jobs = [Job("gpu-telemetry", "telemetry", 30, 7)]
+    stored = dcgm.oracle(tmp_path_factory.mktemp("prom-oracle"), units, jobs)
+    text = dcgm.history(stored, units, jobs, H, 1, dcgm.kube_state_metrics(H, [], {EXPORTER["pod"]: "gpu-a100-01"}, 1))
+    with PrometheusServer.backfilled(tmp_path_factory.mktemp("prom-nameless"), text) as server:
+        yield server
+
+
+def pools(url: str, settings: Settings) -> set[str]:
+    source = get_source(settings.model_copy(update={"prometheus_url": url}))
+    batch = source.fetch(start=from_epoch(H), end=from_epoch(H + 3600), policy=policy())
+    return {p.pool for p in attribute_hour(batch, hour=H, policy=policy()).pools}
+
+
+def test_a_hostname_pod_is_mapped_to_its_node_only_when_ingestion_would_map_it(nameless):
+    regex = "(nvidia-)?dcgm-exporter(-.*)?|gpu-telemetry-.*"
+    assert pools(nameless.url, Settings()) == {"unpooled"}
+    report = doctor.run(PromReader(nameless.url), at=H + 3600, policy=policy(), lookback_s=3600,
+                        exporter=rules.ExporterIdentity.from_settings(Settings()))
+    finding = next(f for f in report.findings if f.code == "hostname-is-pod")
+    assert finding.severity == "error" and "not named by the exporter pod regex" in finding.detail
+    assert f"CHARGEBACK_EXPORTER_POD_REGEX='{regex}'" in finding.fix and report.failing
+
+    settings = Settings(exporter_pod_regex=regex)
+    assert pools(nameless.url, settings) == {"a100"}
+    report = doctor.run(PromReader(nameless.url), at=H + 3600, policy=policy(), lookback_s=3600,
+                        exporter=rules.ExporterIdentity.from_settings(settings))
+    assert {f.code: f.severity for f in report.findings}["hostname-is-pod"] == "warning"
+    assert not report.failing, [f for f in report.findings if f.severity == "error"]
