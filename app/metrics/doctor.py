@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 
 from app.core.errors import AppError
-from app.metrics import histograms
 from app.core.settings import get_settings
+from app.metrics import histograms
 from app.metrics.labels import (
     ExporterIdentity, dedup_key, host_of, label_style, suspected_exporter_pods, target_pods, workload_of,
 )
