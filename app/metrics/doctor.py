@@ -1,7 +1,8 @@
 """`chargeback doctor`: a preflight of a live Prometheus before the portal bills from it.
 
 It reads what the store holds right now (instant queries over a short look-back), applies the same
-label rules ingestion uses (`app.metrics.labels`) and the same bucket arithmetic as SLA verdicts
+label rules ingestion uses (`app.metrics.labels`: one rule decides which units are free, with the
+exporter identity from the same settings) and the same bucket arithmetic as SLA verdicts
 (`app.metrics.histograms`), and reports findings: what each does to the bill and how to fix it.
 Severity `error` means the bill would be wrong or incomplete (the command exits non-zero);
 `warning` means the portal copes but something is degraded; `info` describes the install.
@@ -17,8 +18,11 @@ from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 
 from app.core.errors import AppError
+from app.core.settings import get_settings
 from app.metrics import histograms
-from app.metrics.labels import DEFAULT_EXPORTER, ExporterIdentity, dedup_key, exporter_pods, host_of, label_style, workload_of
+from app.metrics.labels import (
+    ExporterIdentity, dedup_key, host_of, label_style, suspected_exporter_pods, target_pods, workload_of,
+)
 from app.metrics.prometheus_api import PromReader
 from app.policy import red_lines
 from app.policy.document import PolicyDocument
@@ -78,8 +82,12 @@ def _could_not_read(report: Report, what: str, exc: AppError, bill: str) -> None
 
 
 def run(reader: PromReader, *, at: float, policy: PolicyDocument | None, lookback_s: int = 600,
-        exporter: ExporterIdentity = DEFAULT_EXPORTER) -> Report:
-    """Query the store at `at` and return the report (never raises for a bad answer)."""
+        exporter: ExporterIdentity | None = None) -> Report:
+    """Query the store at `at` and return the report (never raises for a bad answer).
+
+    `exporter` defaults to the identity ingestion uses (CHARGEBACK_EXPORTER_* settings), so both call the same units free.
+    """
+    exporter = exporter or ExporterIdentity.from_settings(get_settings())
     report = Report(url=reader.url, at=at)
     start = at - lookback_s
     _inventory(report, reader, start, at)
@@ -101,19 +109,23 @@ def run(reader: PromReader, *, at: float, policy: PolicyDocument | None, lookbac
     try:
         targets = reader.series(["up"], start, at)
     except AppError:
-        targets = []  # only a fallback for recognising the exporter pod
+        targets = []  # only the cross-check for an exporter pod the identity settings miss
     jobs = {m.get("job", "") for m, _ in occupancy}
     targets = [t for t in targets if t.get("job", "") in jobs]
     series = [m for m, _ in occupancy]
-    pod_nodes = _pod_nodes(report, reader, series, start, at, policy)
-    own_pods = exporter_pods(series, targets)
-    report.label_style = label_style(series, exporter)
+    known_pods = _pod_nodes(report, reader, series, start, at, policy)
+    # Ingestion maps only the exporter identity's pods to nodes (prometheus_source._nodes_plan): so does the doctor.
+    pod_nodes = {pod: node for pod, node in known_pods.items() if exporter.is_exporter(pod=pod)}
+    own_pods = target_pods(series)  # ingestion's rule (prometheus_source._note_targets)
+    suspects = suspected_exporter_pods(series, targets)
+    report.label_style = label_style(series, exporter, own_pods | suspects)
 
     _style(report, series)
     _intervals(report, occupancy)
     units, hosts = _units(report, series, exporter, own_pods, pod_nodes)
+    _unrecognised_exporter(report, series, exporter, own_pods, suspects, pod_nodes)
     _duplicates(report, series)
-    _hosts(report, series, hosts, pod_nodes, exporter, policy)
+    _hosts(report, series, hosts, known_pods, pod_nodes, exporter, policy)
     _namespaces(report, units, policy)
     _time_slicing(report, reader, at, units, hosts, policy)
     _exporter_gaps(report, reader, start, at, series, pod_nodes)
@@ -171,8 +183,8 @@ def _style(report: Report, series: list[dict]) -> None:
                          "with honor_labels a free GPU (no pod labels since dcgm-exporter 3.3.5) gets the scrape "
                          "target's pod/namespace/container; the portal recognises the exporter pod and counts the "
                          "GPU as free",
-                         "none needed; if the exporter runs under another container/pod name, set it in the portal's "
-                         "exporter identity settings"),
+                         "none needed; if the exporter runs under another container/pod name, give it in "
+                         "CHARGEBACK_EXPORTER_CONTAINERS / CHARGEBACK_EXPORTER_POD_REGEX (see `exporter-pod-billed`)"),
         "static": ("plain pod/namespace/container labels (static scrape or honor_labels)",
                    "the workload's labels as the exporter prints them; free GPUs have none", ""),
         "legacy-empty": ("old exporter label names or empty pod labels",
@@ -255,6 +267,49 @@ def _units(report: Report, series: list[dict], exporter: ExporterIdentity, own_p
     return units, hosts
 
 
+def _unrecognised_exporter(report: Report, series: list[dict], exporter: ExporterIdentity, own_pods: set,
+                           suspects: set, pod_nodes: dict) -> None:
+    """A scrape target's pod on every GPU of a node that ingestion's rule bills as a workload: the exporter
+    under a name the identity settings do not know (honor_labels), its free GPUs billed as use."""
+    billed: dict[tuple[str, str], dict[str, set]] = defaultdict(lambda: defaultdict(set))
+    for m in series:
+        w = workload_of(m, exporter, own_pods)
+        if w is not None and (w.namespace, w.pod) in suspects:
+            seen = billed[(w.namespace, w.pod)]
+            seen["hosts"].add(host_of(m, pod_nodes))
+            seen["units"].add((host_of(m, pod_nodes), m.get("UUID") or m.get("uuid", ""), m.get("GPU_I_ID", "")))
+            if w.container:
+                seen["containers"].add(w.container)
+    if not billed:
+        return
+    containers = sorted({c for seen in billed.values() for c in seen["containers"]})
+    pods = sorted(pod for _, pod in billed)
+    fixes = []
+    if containers:
+        value = ",".join(dict.fromkeys([*exporter.containers, *containers]))
+        fixes.append(f"CHARGEBACK_EXPORTER_CONTAINERS={value}")
+    # The regex replaces the default: keep it as an alternative.
+    names = sorted({_pod_pattern(pod) for pod in pods})
+    fixes.append(f"CHARGEBACK_EXPORTER_POD_REGEX='{'|'.join(dict.fromkeys([exporter.pod_regex, *names]))}'")
+    units = sum(len(seen["units"]) for seen in billed.values())
+    report.add("exporter-pod-billed", ERROR, "dcgm-exporter's own pod is billed as a workload",
+               "; ".join(f"{ns}/{pod} on every GPU of {_names(seen['hosts'])} (container "
+                         f"{_names(seen['containers']) or 'none'})" for (ns, pod), seen in sorted(billed.items()))
+               + f"; {units} units name it. It is a scrape target of the DCGM job, but neither its container nor its "
+               "pod name is one the portal knows as the exporter's",
+               f"with honor_labels a free GPU carries the exporter's pod: ingestion bills those GPU-seconds to "
+               f"namespace {_names(ns for ns, _ in billed)} (`unallocated` unless a tenant claims it), so idle "
+               "capacity disappears from the platform balance",
+               "tell the portal the exporter's names (the worker and the doctor read the same settings): "
+               + " or ".join(fixes))
+
+
+def _pod_pattern(pod: str) -> str:
+    """A regex for a DaemonSet's pods (<name>-<suffix>) from one of them; `.` is a pod name's only metacharacter."""
+    stem, dash, _ = pod.rpartition("-")
+    return stem.replace(".", r"\.") + "-.*" if dash else pod.replace(".", r"\.")
+
+
 def _duplicates(report: Report, series: list[dict]) -> None:
     """The same unit stored more than once (two jobs, two instances, HA replicas)."""
     copies: dict[tuple, list[dict]] = defaultdict(list)
@@ -270,24 +325,31 @@ def _duplicates(report: Report, series: list[dict]) -> None:
                "drop the second job, or query through a deduplicating layer (Thanos/Mimir with replica labels)")
 
 
-def _hosts(report: Report, series: list[dict], hosts: dict, pod_nodes: dict, exporter: ExporterIdentity,
-           policy: PolicyDocument | None) -> None:
+def _hosts(report: Report, series: list[dict], hosts: dict, known_pods: dict, pod_nodes: dict,
+           exporter: ExporterIdentity, policy: PolicyDocument | None) -> None:
     raw_hosts = {m.get("Hostname") or m.get("hostname") or "" for m in series}
     if "" in raw_hosts:
         report.add("no-hostname", ERROR, "series without a Hostname label",
                    "dcgm-exporter runs with --no-hostname (-n), or a relabeling drops it",
                    "those GPUs match no pool: unpriced, and their period cannot close without accepting them",
                    "remove `-n`/`DCGM_EXPORTER_NO_HOSTNAME` from the exporter's arguments")
-    pod_names = {h for h in raw_hosts if h and (h in pod_nodes or exporter.is_exporter(pod=h))}
+    pod_names = {h for h in raw_hosts if h and (h in known_pods or exporter.is_exporter(pod=h))}
     if pod_names:
         mapped = {h for h in pod_names if h in pod_nodes}
+        unknown = {h for h in pod_names if h in known_pods and h not in pod_nodes}
         severity = WARNING if mapped == pod_names else ERROR
+        fix = ("set env NODE_NAME from fieldRef spec.nodeName on the exporter (the chart and the GPU Operator do; "
+               "custom DaemonSets: add it, chart value `extraEnv`)")
+        if unknown:
+            regex = "|".join(dict.fromkeys([exporter.pod_regex, *sorted({_pod_pattern(h) for h in unknown})]))
+            fix += f"; or name its pods in CHARGEBACK_EXPORTER_POD_REGEX='{regex}' so kube_pod_info maps them"
         report.add("hostname-is-pod", severity, "Hostname is the exporter pod's name (NODE_NAME not set)",
-                   f"{_names(pod_names)}" + (f"; {len(mapped)} mapped to nodes through kube_pod_info" if mapped else ""),
+                   f"{_names(pod_names)}" + (f"; {len(mapped)} mapped to nodes through kube_pod_info" if mapped else "")
+                   + (f"; {len(unknown)} in kube_pod_info but not named by the exporter pod regex, so not mapped"
+                      if unknown else ""),
                    "mapped to the node through kube-state-metrics' kube_pod_info" if severity == WARNING else
                    "the host matches no pool: those GPUs are unpriced and block closing the period",
-                   "set env NODE_NAME from fieldRef spec.nodeName on the exporter (the chart and the GPU Operator do; "
-                   "custom DaemonSets: add it, chart value `extraEnv`)")
+                   fix)
     if policy is None:
         report.add("no-policy", WARNING, "no policy to compare against", "no active policy version was given",
                    "nodes, namespaces and SLA red lines are not checked",

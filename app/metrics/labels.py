@@ -7,9 +7,13 @@ How Prometheus stores the exporter's pod labels depends on the install (SPEC sec
 - `honor_labels: true`: the workload's labels stay; a free unit (no pod labels since exporter 3.3.5,
   empty strings before, which Prometheus drops) is filled in with the exporter pod's labels;
 - a plain static scrape: the workload's labels as the exporter prints them, nothing on a free unit.
-So a series is a *free* unit when it names no pod, or only the exporter's own pod. The exporter is
-recognised by its container or job name (defaults from the Helm chart and the GPU Operator's
-manifests) or its pod name; as a fallback, by `exporter_pods` over a whole snapshot.
+So a series is a *free* unit when it names no pod, or only the exporter's own pod. One rule decides
+that, for ingestion and `chargeback doctor` alike: `workload_of(m, exporter, target_pods(series))`.
+The exporter's pod is recognised by its container or pod name (`ExporterIdentity`: defaults from the
+Helm chart and the GPU Operator's manifests, settings CHARGEBACK_EXPORTER_CONTAINERS/_POD_REGEX), or
+as the scrape target seen beside `exported_*` labels (`target_pods`). `suspected_exporter_pods` (a
+scrape target's pod on every GPU of a node) is only the doctor's cross-check: where it names a pod the
+rule bills, the doctor reports the mis-billing and the setting that fixes it; it never decides.
 """
 
 from __future__ import annotations
@@ -96,9 +100,17 @@ def _raw(m: Mapping[str, str], name: str) -> str:
     return m.get(name) or m.get(OLD_NAMES[name]) or ""
 
 
+def target_pods(series: Iterable[Mapping[str, str]]) -> set[tuple[str, str]]:
+    """(namespace, pod) of the scrape targets seen beside `exported_*` labels: the exporter's own, whatever its names."""
+    return {(m.get("namespace", ""), m["pod"]) for m in series if m.get("exported_pod") and m.get("pod")}
+
+
 def workload_of(m: Mapping[str, str], exporter: ExporterIdentity = DEFAULT_EXPORTER,
                 exporter_pods: frozenset[tuple[str, str]] | set[tuple[str, str]] = frozenset()) -> Workload | None:
-    """The workload holding the series' unit, or None for a free unit (no pod, or the exporter's own)."""
+    """The workload holding the series' unit, or None for a free unit (no pod, or the exporter's own).
+
+    The one rule for ingestion and the doctor; `exporter_pods` is `target_pods` of the series read with `m`.
+    """
     vgpu = m.get("vgpu", "")
     if _exported(m):
         pod = m.get("exported_pod", "")
@@ -114,11 +126,13 @@ def workload_of(m: Mapping[str, str], exporter: ExporterIdentity = DEFAULT_EXPOR
     return Workload(namespace=namespace, pod=pod, container=container, vgpu=vgpu)
 
 
-def exporter_pods(series: Iterable[Mapping[str, str]], targets: Iterable[Mapping[str, str]]) -> set[tuple[str, str]]:
-    """Fallback: (namespace, pod) seen on every GPU of a node at once that is also a scrape target (`up`'s pod).
+def suspected_exporter_pods(series: Iterable[Mapping[str, str]],
+                            targets: Iterable[Mapping[str, str]]) -> set[tuple[str, str]]:
+    """The doctor's cross-check: (namespace, pod) on every GPU of a node at once that is also a scrape target (`up`'s pod).
 
     A training pod holding all GPUs of a node is on every GPU too, but it is never the target that
-    was scraped, so only pods that `up` (or any series carrying target labels) names qualify.
+    was scraped, so only pods that `up` (or any series carrying target labels) names qualify. Never
+    used to decide a free unit (ingestion cannot see `up` per hour): see `workload_of`.
     """
     target_pods = {(t.get("namespace", ""), t.get("pod", "")) for t in targets if t.get("pod")}
     gpus: dict[str, set[str]] = defaultdict(set)
@@ -133,7 +147,8 @@ def exporter_pods(series: Iterable[Mapping[str, str]], targets: Iterable[Mapping
             and any(uuids == gpus[host] for host, uuids in per_host.items())}
 
 
-def label_style(series: Iterable[Mapping[str, str]], exporter: ExporterIdentity = DEFAULT_EXPORTER) -> str:
+def label_style(series: Iterable[Mapping[str, str]], exporter: ExporterIdentity = DEFAULT_EXPORTER,
+                exporter_pods: frozenset[tuple[str, str]] | set[tuple[str, str]] = frozenset()) -> str:
     """How the store labels pods: "exported" | "honor_labels" | "static" | "legacy-empty"."""
     honor = legacy = False
     for m in series:
@@ -142,7 +157,7 @@ def label_style(series: Iterable[Mapping[str, str]], exporter: ExporterIdentity 
         if any(k in m for k in OLD_NAMES.values()) or any(m.get(k) == "" for k in ("pod", "namespace", "container")):
             legacy = True
         pod, container = _raw(m, "pod"), _raw(m, "container")
-        if pod and exporter.is_exporter(pod=pod, container=container):
+        if pod and (exporter.is_exporter(pod=pod, container=container) or (_raw(m, "namespace"), pod) in exporter_pods):
             honor = True
     if honor:
         return "honor_labels"

@@ -12,8 +12,9 @@ HTTP API is served by Thanos, Mimir and VictoriaMetrics.
 Counters (energy, requests, latency buckets) are read as raw window values and their increases
 computed in Python (counters.py, serving.py), so no engine's extrapolation enters; every answer is
 checked and bounded by a deadline (prometheus_api.py); silent nodes make gaps (presence.py).
-Whatever the install, the workload is read by `labels.workload_of` (exported_* behind a
-ServiceMonitor, the exporter's own pod = a free unit); series are kept per scrape (job, instance,
+Whatever the install, the workload is read by `labels.workload_of` over `labels.target_pods`
+(exported_* behind a ServiceMonitor, the exporter's own pod = a free unit; `chargeback doctor`
+applies the same rule); series are kept per scrape (job, instance,
 replica) so that each target's sample interval is inferred from its whole minutes, and copies of
 one series from other jobs or HA replicas are merged, each minute counted once (`merge_copies`).
 """
@@ -319,12 +320,8 @@ def _over(shard: str | None, func: str, metric: str, window: str, matcher: str =
 
 
 def _note_targets(result: list, targets: set[tuple[str, str]]) -> None:
-    """Where a series has exported_* labels its plain pod is the scrape target's, i.e. the exporter, whatever
-    its container is called: a series of that target naming only that pod is then a free unit."""
-    for item in result:
-        m = item["metric"]
-        if m.get("exported_pod") and m.get("pod"):
-            targets.add((m.get("namespace", ""), m["pod"]))
+    """Add the answer's scrape-target pods (`labels.target_pods`, the doctor's rule too) before its series are read."""
+    targets |= rules.target_pods(item["metric"] for item in result)
 
 
 def _over_any(shard: str | None, func: str, metric: str, window: str, matchers: Sequence[str]) -> str:

@@ -85,3 +85,14 @@ def test_energy_of_an_exporter_without_node_name_is_keyed_on_its_node_as_occupan
         handle([{"metric": m, "values": [[t, str(v)] for t, v in values.items()]} for m, values in answers[kind]])
     assert [(g.host, g.uuid, g.energy_mj, g.power_w) for g in out.values()] == [
         ("gpu-a100-03", "GPU-1", {h + 3600: 600.0, h + 7200: 300.0 + 200.0}, {h + 3600: 300.0, h + 7200: 250.0})]
+
+
+def test_target_pods_are_the_plain_pods_beside_exported_labels():
+    busy = {**GPU, "exported_pod": "train-0", "exported_namespace": "vision-train", "pod": "gpu-metrics-x1",
+            "namespace": "mon", "container": "gpu-metrics"}
+    free = {**GPU, "UUID": "GPU-2", "pod": "gpu-metrics-x1", "namespace": "mon", "container": "gpu-metrics"}
+    honor = {**GPU, "UUID": "GPU-3", "pod": "train-1", "namespace": "vision-train", "container": "trainer"}
+    targets = rules.target_pods([busy, free, honor])
+    assert targets == {("mon", "gpu-metrics-x1")}
+    assert rules.workload_of(free, rules.DEFAULT_EXPORTER, targets) is None
+    assert rules.workload_of(honor, rules.DEFAULT_EXPORTER, targets) == rules.Workload("vision-train", "train-1", "trainer")

@@ -201,21 +201,21 @@ def test_a_wrong_interval_override_is_cut_at_capacity_and_recorded(installs, ses
     assert sorted({f.pool for f in findings}) == ["mixed-a100", "sliced"]
 
 
-def test_exporter_fallback_needs_a_pod_on_every_gpu_that_is_also_the_target(stored):
-    """An exporter with an unknown container name is still found; a training pod on all 8 GPUs is not."""
+def test_the_doctors_cross_check_needs_a_pod_on_every_gpu_that_is_also_the_target(stored):
+    """An exporter with an unknown container name is suspected; a training pod on all 8 GPUs is not."""
     operator = [m for m in stored if m["job"] == "nvidia-dcgm-exporter"]
     up = [{"job": "nvidia-dcgm-exporter", **OPERATOR_POD}]
-    assert rules.exporter_pods(operator, up) == {("gpu-operator", "nvidia-dcgm-exporter-x7k2p")}
+    assert rules.suspected_exporter_pods(operator, up) == {("gpu-operator", "nvidia-dcgm-exporter-x7k2p")}
     # A static scrape of a node whose 8 GPUs one training job holds: the pod is on every GPU, but
     # `up` names no pod (nor any other target), so it stays a workload.
     whole_node = [{"UUID": f"GPU-{i}", "hostname": "gpu-h100-01", "pod": "train-big", "namespace": "vision-train",
                    "container": "trainer", "job": "dcgm"} for i in range(8)]
-    assert rules.exporter_pods(whole_node, [{"job": "dcgm"}]) == set()
-    assert rules.exporter_pods(whole_node, up) == set()
+    assert rules.suspected_exporter_pods(whole_node, [{"job": "dcgm"}]) == set()
+    assert rules.suspected_exporter_pods(whole_node, up) == set()
     unknown = rules.ExporterIdentity(containers=("custom",), jobs=(), pod_regex="custom-.*")
     free = next(m for m in operator if "exported_pod" not in m)
-    assert rules.workload_of(free, unknown) is not None  # what the fallback is for
-    assert rules.workload_of(free, unknown, rules.exporter_pods(operator, up)) is None
+    assert rules.workload_of(free, unknown) is not None  # what the target rule is for
+    assert rules.workload_of(free, unknown, rules.target_pods(operator)) is None
 
 
 def test_an_ha_pair_read_without_deduplication_counts_once(stored, tmp_path):
