@@ -5,7 +5,7 @@ from sqlmodel import select
 
 from app.auth import sessions
 from app.auth.models import AuthSession
-from tests.auth.fixtures import make_user, page_csrf, sign_in
+from tests.support.routes import make_user, page_csrf, sign_in
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("fast_hashing")]
 PASSWORD = "a correct and long password"

@@ -6,7 +6,6 @@ import re
 import subprocess
 import zipfile
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import httpx
 import pytest
@@ -17,7 +16,7 @@ from sqlalchemy import text
 from app.core.db import make_engine
 from app.core.migrate import alembic_config
 from app.metrics.simulator import Simulator
-from tests.deploy.conftest import ROOT
+from tests.support.deploy import ROOT
 from tests.support.databases import drop_postgres_database, new_postgres_database
 from tests.support.prometheus import PrometheusServer
 from tests.support.server import running_portal

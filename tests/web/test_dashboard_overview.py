@@ -16,8 +16,8 @@ from app.metrics import usage_read
 from app.metrics.date_ranges import DateRange
 from app.web import overview_panels
 from app.billing.fleet_cost import month_cost
-from tests.auth.fixtures import make_user, sign_in
-from tests.billing.builders import add_hour, store_policy
+from tests.support.routes import make_user, sign_in
+from tests.support.billing import add_hour, store_policy
 
 pytestmark = pytest.mark.anyio
 

@@ -9,8 +9,8 @@ from app.core.settings import get_settings
 from app.core.timeutil import utcnow
 from app.metrics import usage_read
 from app.metrics.date_ranges import date_range
-from tests.auth.fixtures import make_user, sign_in
-from tests.web import builders
+from tests.support.routes import make_user, sign_in
+from tests.support import rollups as builders
 
 pytestmark = pytest.mark.anyio
 
