@@ -96,6 +96,8 @@ def test_demo_serves_pages_static_files_and_a_pdf(installed, tmp_path):
     assert rated[0]["period"] in words.stdout
 
 
+@pytest.mark.postgres  # makes its database itself: no fixture to mark it from
+@pytest.mark.prometheus
 def test_ingest_from_prometheus_worker_once_then_serve_on_postgres(installed, tmp_path):
     """What the compose stack's migrate, worker and app do: PostgreSQL, a real Prometheus, then serve."""
     url = new_postgres_database()
