@@ -9,20 +9,13 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from app.core.db import make_engine
-from tests.support.databases import drop_postgres_database, migrated, new_postgres_database, new_sqlite_database
+from tests.support.databases import (
+    BACKENDS, drop_postgres_database, migrated, new_postgres_database, new_sqlite_database,
+)
+from tests.support.markers import MARKING_FIXTURES
 
-BACKENDS = ["sqlite", "postgres"]
-
-# Markers follow from the fixtures a test uses (named where they are defined: two modules may reuse a
-# name), so `-m "not postgres"` / `-m "not prometheus"` deselect every such test.
-MARKING_FIXTURES = {
-    "postgres": {"tests.browser.conftest.portal", "tests.policy.test_releases_concurrency.pg_engine",
-                 "tests.api.test_schemathesis.seeded_database"},
-    "prometheus": {"tests.metrics.conftest.scenario_prometheus", "tests.metrics.test_outage.prometheus",
-                   "tests.billing.test_e2e_postgres.prometheus", "tests.metrics.test_simulator_truth.sim_prometheus",
-                   "tests.metrics.test_live_exporter.live"},
-    "browser": {"tests.browser.conftest.browser", "tests.web.test_browser.portal"},
-}
+# The route harness and the scenario's Prometheus, for every directory.
+pytest_plugins = ["tests.support.routes", "tests.support.ingest"]
 
 
 def _fixtures_used(item) -> set[str]:

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 
 import pytest
 
-from app.auth import service
 from app.core.audit import AuditEntry, record
-from tests.auth.fixtures import make_user
-from tests.billing.builders import store_policy
+from tests.support.routes import bearer
+from tests.support.billing import store_policy
 
 pytestmark = pytest.mark.anyio
-
-
-def bearer(session, name: str, role: str, tenants: list[str] | None = None) -> dict[str, str]:
-    """Authorization header for a fresh user of `role` (tenant members bound to `tenants`)."""
-    user = make_user(session, name, role, tenants=tenants)
-    _, raw = service.create_token(session=session, user=user, scopes="read", lifetime=timedelta(days=1), actor="test")
-    session.commit()
-    return {"Authorization": f"Bearer {raw}"}
 
 
 async def test_tenants_and_departments_for_staff(client, session):

@@ -11,8 +11,8 @@ import pytest
 from app.auth import service
 from app.core.errors import Invalid
 from app.http.pagination import decode_cursor, encode_cursor
-from tests.auth.fixtures import make_user, sign_in
-from tests.review.review_builders import draft, seed
+from tests.support.routes import make_user, sign_in
+from tests.support.review import draft, seed
 
 pytestmark = pytest.mark.anyio
 
@@ -179,11 +179,11 @@ async def test_an_html_form_over_the_limit_gets_a_readable_page(client):
 async def test_an_alias_bomb_posted_for_validation_is_a_quick_422(client, session):
     import time
 
-    from tests.policy.test_parse import _laughs
+    from tests.support.policy_docs import laughs
 
     headers = _bearer(session, "bomb-viewer", "viewer")
     started = time.perf_counter()
-    response = await client.post("/api/v1/policy/validate", json={"document": _laughs(12)}, headers=headers)
+    response = await client.post("/api/v1/policy/validate", json={"document": laughs(12)}, headers=headers)
     assert response.status_code == 422 and time.perf_counter() - started < 2
     assert response.json()["errors"][0]["path"] and "aliases" in response.json()["errors"][0]["message"]
 

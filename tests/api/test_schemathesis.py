@@ -29,7 +29,7 @@ from app.core.audit import record
 from app.core.db import make_engine, unit_of_work
 from app.core.deps import get_session
 from app.main import create_app
-from tests.billing.builders import fill_month, store_policy
+from tests.support.billing import fill_month, store_policy
 from tests.support.databases import drop_postgres_database, migrated, new_postgres_database
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,

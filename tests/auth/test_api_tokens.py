@@ -8,7 +8,7 @@ from sqlmodel import select
 from app.auth import service, tokens
 from app.auth.models import ApiToken
 from app.core.timeutil import utcnow
-from tests.auth.fixtures import make_user
+from tests.support.routes import make_user
 
 pytestmark = pytest.mark.anyio
 

@@ -4,7 +4,7 @@ import pytest
 from starlette.requests import Request
 
 from app.auth import sessions
-from tests.auth.fixtures import make_user, page_csrf, sign_in
+from tests.support.routes import make_user, page_csrf, sign_in
 
 pytestmark = pytest.mark.usefixtures("fast_hashing")
 

@@ -5,7 +5,7 @@ from sqlmodel import select
 
 from app.auth import sessions
 from app.auth.models import AuthSession
-from tests.auth.fixtures import make_user, page_csrf, sign_in
+from tests.support.routes import asgi_client, make_user, page_csrf, sign_in
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("fast_hashing")]
 PASSWORD = "a correct and long password"
@@ -36,11 +36,8 @@ async def test_pages_redirect_to_login_and_back(client, session):
 
 
 async def test_cookie_is_secure_over_https(app, session):
-    import httpx
-
     make_user(session, "hal", "viewer", password=PASSWORD)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="https://portal.test") as c:
+    async with asgi_client(app, "https://portal.test") as c:
         response = await _login(c, "hal", PASSWORD)
     assert response.status_code == 303
     cookies = response.headers.get_list("set-cookie")

@@ -5,7 +5,7 @@ import logging
 import pytest
 from typer.testing import CliRunner
 
-from tests.auth.fixtures import make_user, page_csrf
+from tests.support.routes import make_user, page_csrf
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("fast_hashing")]
 PASSWORD = "Sup3r-secret-passphrase"

@@ -12,11 +12,9 @@ import re
 from datetime import timedelta
 
 import pytest
-from fastapi.routing import iter_route_contexts
 
 from app.auth import service, sessions
-from app.main import create_app
-from tests.auth.fixtures import ROLES, make_user, sign_in
+from tests.support.routes import ROLES, app_routes, make_user, sign_in
 
 PUBLIC = "public"  # no sign-in needed
 SIGNED_IN = frozenset(ROLES)  # every role, tenant members included (they see only their tenants)
@@ -134,14 +132,10 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
 }
 
 
-def app_routes() -> list[tuple[str, str]]:
-    """(method, path) for every HTTP endpoint the app serves (HEAD folded into GET, mounts excluded)."""
-    out = set()
-    for route in iter_route_contexts(create_app().routes):
-        for method in route.methods or ():
-            if method != "HEAD":
-                out.add((method, route.path))
-    return sorted(out, key=lambda mp: (mp[1], mp[0]))
+@pytest.fixture
+def app(bound_app):
+    """One app per backend for the whole module: the matrix only reads its route table and calls it."""
+    return bound_app
 
 
 def test_every_route_has_a_rule():

@@ -11,12 +11,10 @@ import re
 from datetime import UTC, datetime
 
 import pytest
-from fastapi.routing import iter_route_contexts
 
 from app.billing import periods
-from app.main import create_app
-from tests.auth.fixtures import make_user, sign_in
-from tests.billing.builders import add_hour, store_policy
+from tests.support.routes import app_routes, make_user, sign_in
+from tests.support.billing import add_hour, store_policy
 
 pytestmark = pytest.mark.anyio
 OWN, FOREIGN = "search", ("vision", "etl")
@@ -38,11 +36,7 @@ def rated_month(session):
 
 
 def get_routes() -> list[str]:
-    paths = set()
-    for route in iter_route_contexts(create_app().routes):
-        if "GET" in (route.methods or ()) and route.path not in SKIP:
-            paths.add(route.path)
-    return sorted(paths)
+    return sorted({path for method, path in app_routes() if method == "GET" and path not in SKIP})
 
 
 def _url(path: str, tenant: str) -> str:

@@ -8,7 +8,7 @@ from sqlmodel import select
 from app.auth import service
 from app.auth.models import LoginAttempt
 from app.core.timeutil import utcnow
-from tests.auth.fixtures import make_user
+from tests.support.routes import make_user
 
 PASSWORD = "the right password"
 pytestmark = pytest.mark.usefixtures("fast_hashing")

@@ -16,7 +16,7 @@ from app.core.errors import Invalid
 from app.policy.document import PolicyDocument
 from app.policy.parsing import parse_document
 from app.policy.service import dump_yaml
-from tests.billing.builders import add_hour, policy_doc, store_policy
+from tests.support.billing import add_hour, policy_doc, store_policy
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
 NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?")

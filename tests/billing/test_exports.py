@@ -15,7 +15,7 @@ from app.billing import exports, periods
 from app.billing.invoices import load_view
 from app.billing.types import LineKind
 from app.core.errors import Invalid
-from tests.billing.builders import add_hour, fill_month, store_policy
+from tests.support.billing import add_hour, fill_month, store_policy
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
 D = Decimal

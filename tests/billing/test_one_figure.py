@@ -24,8 +24,8 @@ from app.billing.loader import load_hours
 from app.billing.totals import account_totals
 from app.metrics.models import UsageRollup
 from app.billing.fleet_cost import month_cost
-from tests.auth.fixtures import anyio_backend, app, client, fast_hashing, make_user, sign_in  # noqa: F401
-from tests.billing.builders import EXAMPLE_USAGE, add_hour, store_policy
+from tests.support.routes import make_user, sign_in
+from tests.support.billing import EXAMPLE_USAGE, add_hour, store_policy
 
 pytestmark = pytest.mark.anyio
 

@@ -16,7 +16,7 @@ from app.billing.pricing import MissingPrice
 from app.billing.types import PLATFORM, LineKind
 from app.core.audit import AuditEntry
 from app.core.errors import Conflict, Invalid, NotFound
-from tests.billing.builders import A100, add_hour, fill_month, policy_doc, store_policy
+from tests.support.billing import A100, add_hour, fill_month, policy_doc, store_policy
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
 D = Decimal

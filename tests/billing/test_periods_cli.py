@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
 from app.core.db import unit_of_work
 from app.billing import periods
-from tests.billing.builders import add_hour, store_policy
-
-CLI = Path(sys.executable).with_name("chargeback")
-
-
-def run(url: str, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CHARGEBACK_DATABASE_URL": url, "COLUMNS": "200"}
-    return subprocess.run([str(CLI), *args], env=env, capture_output=True, text=True, timeout=120)
+from tests.support.billing import add_hour, run_cli as run, store_policy
 
 
 def test_cli_rate_close_export(fresh_engine, tmp_path):

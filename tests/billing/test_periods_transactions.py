@@ -16,7 +16,7 @@ from app.billing.models import BillingPeriod, ChargeLineRecord
 from app.core.audit import AuditEntry
 from app.core.db import unit_of_work
 from app.core.errors import AppError, Conflict
-from tests.billing.builders import add_hour, fill_month, store_policy
+from tests.support.billing import add_hour, fill_month, store_policy
 
 
 def _snapshot(engine, month="2026-10"):

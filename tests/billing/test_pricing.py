@@ -11,7 +11,7 @@ from app.billing.rating import pool_costs, rate_period
 from app.billing.types import RatingHour
 from app.metrics.types import ModelEnergy
 from app.policy.document import GpuPrice, Pricing
-from tests.billing.builders import POOL, policy_doc
+from tests.support.billing import POOL, policy_doc
 
 A100 = "NVIDIA A100-SXM4-80GB"
 L4 = "NVIDIA L4"

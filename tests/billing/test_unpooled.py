@@ -19,8 +19,8 @@ from app.core.errors import Conflict, Invalid
 from app.metrics.ingest import ingest_hours
 from app.metrics.simulator import Simulator
 from app.policy.parsing import parse_document
-from tests.billing.builders import add_hour, fill_month, policy_doc, store_policy
-from tests.billing.test_api import api, problem  # noqa: F401  (fixture)
+from tests.support.billing import add_hour, fill_month, policy_doc, store_policy
+from tests.support.routes import problem
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
 H100 = "NVIDIA H100 80GB HBM3"  # not priced by the test policy: unpooled GPUs must not need a price
@@ -138,7 +138,7 @@ def test_examples_policy_rates_the_built_in_simulator(session):
 
 
 def test_cli_close_needs_accept_unpooled_and_a_reason(fresh_engine):
-    from tests.billing.test_periods_cli import run
+    from tests.support.billing import run_cli as run
 
     url = fresh_engine.url.render_as_string(hide_password=False)
     with unit_of_work(fresh_engine) as s:

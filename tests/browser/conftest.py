@@ -4,7 +4,6 @@ rating, served by a uvicorn subprocess on a free loopback port; one headless chr
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import sync_playwright
@@ -18,12 +17,10 @@ from app.metrics.ingest import ingest_hours
 from app.metrics.simulator import Simulator
 from app.metrics.simulator.policy import seed_policy
 from app.policy.service import import_version
-from tests.support.browser import sign_in
+from tests.support.browser import SHOTS, sign_in
 from tests.support.databases import drop_postgres_database, migrated, new_postgres_database
 from tests.support.server import running_portal
 
-ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "artifacts" / "screenshots"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]
 PASSWORD = "browser-suite-passphrase"

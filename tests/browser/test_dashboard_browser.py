@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from app.core.timeutil import floor_hour, utcnow
-from tests.browser.conftest import SHOTS
+from tests.support.browser import SHOTS
 from tests.support.browser import submit
 
 pytestmark = pytest.mark.browser

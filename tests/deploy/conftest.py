@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.deploy import ROOT
+
 # Everything a checkout holds that is not source: the build must not see (or write into) any of it.
 NOT_SOURCE = shutil.ignore_patterns(
     ".git", ".venv", "var", "artifacts", "build", "dist", "*.egg-info", "__pycache__", "*.pyc", "node_modules",

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from app.core.settings import DEV_SECRET
-from tests.deploy.checks import MissingVariable, check_command, check_settings, interpolate
-from tests.deploy.conftest import ROOT
+from tests.support.deploy import MissingVariable, check_command, check_settings, interpolate
+from tests.support.deploy import ROOT
 
 pytestmark = pytest.mark.deploy
 

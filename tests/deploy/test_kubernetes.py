@@ -15,8 +15,8 @@ import yaml
 
 from app.policy.parsing import parse_document
 from app.policy.render import render_bundle
-from tests.deploy.checks import check_command, check_settings
-from tests.deploy.conftest import ROOT
+from tests.support.deploy import check_command, check_settings
+from tests.support.deploy import ROOT
 
 pytestmark = pytest.mark.deploy
 

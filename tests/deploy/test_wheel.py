@@ -6,7 +6,6 @@ import re
 import subprocess
 import zipfile
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import httpx
 import pytest
@@ -17,7 +16,7 @@ from sqlalchemy import text
 from app.core.db import make_engine
 from app.core.migrate import alembic_config
 from app.metrics.simulator import Simulator
-from tests.deploy.conftest import ROOT
+from tests.support.deploy import ROOT
 from tests.support.databases import drop_postgres_database, new_postgres_database
 from tests.support.prometheus import PrometheusServer
 from tests.support.server import running_portal
@@ -97,6 +96,8 @@ def test_demo_serves_pages_static_files_and_a_pdf(installed, tmp_path):
     assert rated[0]["period"] in words.stdout
 
 
+@pytest.mark.postgres  # makes its database itself: no fixture to mark it from
+@pytest.mark.prometheus
 def test_ingest_from_prometheus_worker_once_then_serve_on_postgres(installed, tmp_path):
     """What the compose stack's migrate, worker and app do: PostgreSQL, a real Prometheus, then serve."""
     url = new_postgres_database()

@@ -2,12 +2,12 @@
 
 import logging
 
-import httpx
 import pytest
 from fastapi import APIRouter, Query
 
 from app.core.errors import Conflict, FieldError, Invalid
 from app.http.problems import PROBLEM_JSON
+from tests.support.routes import asgi_client
 
 pytestmark = pytest.mark.anyio
 
@@ -47,8 +47,7 @@ def page_invalid() -> dict:
 @pytest.fixture
 async def probe_client(app):
     app.include_router(probe)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
-                                 base_url="http://portal.test") as c:
+    async with asgi_client(app) as c:
         yield c
 
 

@@ -1,63 +1,12 @@
-"""Fixtures for ingestion tests: a real Prometheus holding the hand-written scenario, policy versions."""
+"""Fixtures for ingestion tests: a stored policy version (the scenario's Prometheus comes from tests.support.ingest)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import timedelta
-
 import pytest
-from sqlmodel import Session, select
 
-from app.core.timeutil import from_epoch
-from app.metrics.models import BreachMinuteRollup, BreachShare, IngestHour, PoolHourModel, PoolHourRollup, UsageRollup
-from app.policy.service import import_version
-from tests.auth.fixtures import anyio_backend, app, client, fast_hashing  # noqa: F401 (route tests)
-from tests.metrics import scenario
-from tests.metrics.policies import mixed_policy
-from tests.support.prometheus import PrometheusServer
-
-SCENARIO_HOURS = 3
-
-
-@pytest.fixture(scope="session")
-def scenario_prometheus(tmp_path_factory) -> Iterator[PrometheusServer]:
-    """A real Prometheus backfilled with `scenario` (3 hours from scenario.H)."""
-    server = PrometheusServer.backfilled(tmp_path_factory.mktemp("prom-scenario"), scenario.text(SCENARIO_HOURS))
-    with server:
-        yield server
-
-
-def add_policy(session: Session, document=None, *, effective_epoch: int = scenario.H - 86400) -> int:
-    """Store a policy version effective from `effective_epoch`; returns its id."""
-    version = import_version(session=session, document=document or mixed_policy(), actor="test",
-                             effective_from=from_epoch(effective_epoch))
-    return version.id
+from tests.support.ingest import add_policy
 
 
 @pytest.fixture
 def policy_id(session) -> int:
     return add_policy(session)
-
-
-def snapshot(session: Session, hour_epoch: int) -> dict:
-    """Everything stored for one hour, in comparable plain values."""
-    hour = from_epoch(hour_epoch)
-    usage = {(u.pool, u.tenant, u.klass, u.dark): (u.gpu_seconds, round(u.activity_sum, 9), u.activity_samples, u.policy_version_id)
-             for u in session.exec(select(UsageRollup).where(UsageRollup.hour == hour))}
-    pools = {p.pool: (p.gpus, p.capacity_gpu_seconds, p.dark_minutes, p.policy_version_id)
-             for p in session.exec(select(PoolHourRollup).where(PoolHourRollup.hour == hour))}
-    models = {(m.pool, m.model): (m.gpus, m.measured_gpus, m.measured_kwh)
-              for m in session.exec(select(PoolHourModel).where(PoolHourModel.hour == hour))}
-    breaches = {}
-    for b in session.exec(select(BreachMinuteRollup).where(BreachMinuteRollup.hour == hour)):
-        shares = session.exec(select(BreachShare).where(BreachShare.breach_id == b.id).order_by(BreachShare.tenant)).all()
-        breaches[(b.service, int(b.minute_end.timestamp()))] = (b.p99_ms, b.pool, tuple((s.tenant, s.gpu_seconds) for s in shares))
-    return {"usage": usage, "pools": pools, "models": models, "breaches": breaches}
-
-
-def status(session: Session, hour_epoch: int) -> IngestHour | None:
-    session.expire_all()
-    return session.get(IngestHour, from_epoch(hour_epoch))
-
-
-HOUR = timedelta(hours=1)

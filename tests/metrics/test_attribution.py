@@ -7,7 +7,7 @@ from fractions import Fraction
 
 from app.metrics.attribution import attribute_hour, quantize_micro, split_hours
 from app.metrics.types import GpuEnergy, OccupancySeries, SeriesLabels, ServiceMinutes, SourceBatch
-from tests.metrics.policies import A100, RTX4090, mixed_policy
+from tests.support.policies import A100, RTX4090, mixed_policy
 
 H = 1_795_000_000 // 3600 * 3600  # an hour start
 MINUTES = [H + 60 * k for k in range(1, 61)]

@@ -13,8 +13,8 @@ from sqlmodel import Session, select
 from app.core.db import make_engine, unit_of_work
 from app.core.timeutil import from_epoch
 from app.metrics.models import IngestHour
-from tests.metrics import scenario
-from tests.metrics.conftest import add_policy
+from tests.support import scenario
+from tests.support.ingest import add_policy
 from tests.support.prometheus import free_port
 
 CHARGEBACK = str(Path(sys.executable).parent / "chargeback")

@@ -14,9 +14,8 @@ import yaml
 
 from app.metrics import doctor
 from app.metrics.prometheus_api import PromReader
-from tests.billing.builders import policy_doc
-from tests.billing.test_api import api  # noqa: F401  (fixture)
-from tests.metrics.doctor_fixtures import (
+from tests.support.billing import policy_doc
+from tests.support.doctor import (
     A100, H100, RTX4090, Unit, dcgm_exposition, scrape_job, scraping, serving, vllm_exposition,
 )
 
@@ -234,7 +233,7 @@ def test_admin_page_shows_the_report_and_only_to_admins(api, fresh_engine, tmp_p
     from app.auth.deps import Principal
     from app.core.db import unit_of_work
     from app.web.doctor import doctor_target
-    from tests.billing.builders import store_policy
+    from tests.support.billing import store_policy
 
     html = {"accept": "text/html"}
     admin = Principal(name="ada", roles=frozenset({"admin"}), user_id=9)

@@ -12,9 +12,9 @@ from app.core.timeutil import from_epoch
 from app.metrics.ingest import ingest_hours
 from app.metrics.models import PoolHourModel, UsageRollup
 from app.metrics.prometheus_source import PrometheusSource
-from tests.metrics.conftest import HOUR, add_policy, status
-from tests.metrics.policies import A100, mixed_policy
-from tests.metrics.scenario import H
+from tests.support.ingest import HOUR, add_policy, status
+from tests.support.policies import A100, mixed_policy
+from tests.support.scenario import H
 from tests.support.prometheus import PrometheusServer, openmetrics
 from tests.support.victoria import VictoriaMetricsServer
 

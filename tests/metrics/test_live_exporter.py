@@ -20,7 +20,7 @@ from app.metrics.ingest import ingest_hours
 from app.metrics.models import UsageRollup
 from app.metrics.prometheus_source import PrometheusSource
 from app.metrics.simulator import Simulator, serve_exporter
-from tests.metrics.conftest import add_policy
+from tests.support.ingest import add_policy
 from tests.support.prometheus import PrometheusServer
 
 SCRAPE_S = 1

@@ -13,9 +13,9 @@ from app.core.errors import AppError, Unavailable
 from app.core.timeutil import from_epoch
 from app.metrics.ingest import ingest_hours, retry_delay
 from app.metrics.prometheus_source import PrometheusSource
-from tests.metrics import scenario
-from tests.metrics.conftest import HOUR, status
-from tests.metrics.policies import mixed_policy
+from tests.support import scenario
+from tests.support.ingest import HOUR, status
+from tests.support.policies import mixed_policy
 from tests.support.fake_http import FakeUpstream, elapsed
 
 H = scenario.H

@@ -11,9 +11,9 @@ from app.core.timeutil import from_epoch
 from app.metrics.ingest import ingest_hours, retry_delay
 from app.metrics.models import BreachMinuteRollup, IngestHour, PoolHourRollup, UsageRollup
 from app.metrics.prometheus_source import PrometheusSource
-from tests.metrics import scenario
-from tests.metrics.conftest import HOUR, snapshot, status
-from tests.metrics.policies import mixed_policy
+from tests.support import scenario
+from tests.support.ingest import HOUR, snapshot, status
+from tests.support.policies import mixed_policy
 from tests.support.prometheus import PrometheusServer
 
 H = scenario.H

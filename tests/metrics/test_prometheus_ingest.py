@@ -7,9 +7,9 @@ from decimal import Decimal
 from app.core.timeutil import from_epoch
 from app.metrics.ingest import ingest_hours
 from app.metrics.prometheus_source import PrometheusSource
-from tests.metrics import scenario
-from tests.metrics.conftest import HOUR, snapshot, status
-from tests.metrics.policies import A100, RTX4090, mixed_policy
+from tests.support import scenario
+from tests.support.ingest import HOUR, snapshot, status
+from tests.support.policies import A100, RTX4090, mixed_policy
 
 H = scenario.H
 

@@ -21,10 +21,10 @@ from app.metrics.attribution import attribute_hour, split_hours
 from app.metrics.ingest import ingest_hours
 from app.metrics.models import DataQualityFinding
 from app.metrics.prometheus_source import PrometheusSource, infer_intervals
-from tests.metrics import dcgm
-from tests.metrics.conftest import add_policy, snapshot
-from tests.metrics.dcgm import A100, RTX4090, Job, Pod, Unit
-from tests.metrics.policies import mixed_policy
+from tests.support import dcgm
+from tests.support.ingest import add_policy, snapshot
+from tests.support.dcgm import A100, RTX4090, Job, Pod, Unit
+from tests.support.policies import mixed_policy
 from tests.support.prometheus import PrometheusServer
 
 H = 1_764_547_200  # 2025-12-01T00:00Z

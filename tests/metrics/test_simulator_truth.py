@@ -12,7 +12,7 @@ from app.metrics.ingest import ingest_hours
 from app.metrics.models import BreachMinuteRollup, BreachShare, PoolHourRollup, UsageRollup
 from app.metrics.prometheus_source import PrometheusSource
 from app.metrics.simulator import Simulator
-from tests.metrics.conftest import add_policy
+from tests.support.ingest import add_policy
 from tests.support.prometheus import PrometheusServer
 
 START = datetime(2026, 11, 20, tzinfo=UTC)  # 00:00 UTC: the Asia/Shanghai peak (breaches) starts at 01:00

@@ -13,10 +13,10 @@ from app.metrics.ingest import ingest_hours
 from app.metrics.models import BreachMinuteRollup, SlaUnresolvedHour
 from app.metrics.prometheus_source import PrometheusSource
 from app.metrics.simulator import Simulator
-from tests.metrics import scenario
-from tests.metrics.conftest import HOUR, add_policy
-from tests.metrics.policies import mixed_policy
-from tests.metrics.simulator.conftest import DAY
+from tests.support import scenario
+from tests.support.ingest import HOUR, add_policy
+from tests.support.policies import mixed_policy
+from tests.support.simulator import DAY
 
 H = scenario.H
 

@@ -14,9 +14,9 @@ from app.billing.periods import rate
 from app.metrics import usage_read
 from app.metrics.date_ranges import DateRange
 from app.web import dashboard_tenants
-from tests.auth.fixtures import make_user, sign_in
-from tests.billing.builders import add_hour, store_policy
-from tests.web import builders
+from tests.support.routes import make_user, sign_in
+from tests.support.billing import add_hour, store_policy
+from tests.support import rollups as builders
 
 pytestmark = pytest.mark.anyio
 

@@ -13,8 +13,8 @@ from app.metrics.attribution import attribute_hour, split_hours
 from app.metrics.ingest import ingest_hours
 from app.metrics.prometheus_source import PrometheusSource
 from app.metrics.simulator import Simulator
-from tests.metrics.conftest import add_policy, snapshot
-from tests.metrics.simulator.conftest import DAY
+from tests.support.ingest import add_policy, snapshot
+from tests.support.simulator import DAY
 from tests.support.prometheus import PrometheusServer
 from tests.support.victoria import VictoriaMetricsServer
 

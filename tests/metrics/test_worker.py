@@ -16,8 +16,8 @@ from app.metrics.ingestion_health import ingestion_health
 from app.metrics.models import IngestHour, UsageRollup
 from app.metrics.prometheus_source import PrometheusSource
 from app.metrics.worker import pending_hours, run_worker
-from tests.metrics import scenario
-from tests.metrics.conftest import add_policy
+from tests.support import scenario
+from tests.support.ingest import add_policy
 
 H = scenario.H
 SETTINGS = Settings(scrape_interval_s=30, ingest_delay_s=120)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from app.policy.diff import Change, Conflict, diff, three_way_merge
 from app.policy.document import PolicyDocument
-from tests.policy.test_render import spec_data
+from tests.support.policy_docs import spec_data
 
 A100 = "NVIDIA A100-SXM4-80GB"
 

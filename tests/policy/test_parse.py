@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from app.core.errors import Invalid
 from app.policy.service import document_sha256, dump_yaml
 from app.policy.parsing import check_document, parse_document
+from tests.support.policy_docs import laughs
 
 
 def invalid(text: str) -> list[tuple[str, str]]:
@@ -192,15 +193,8 @@ def test_random_edits_of_the_text_never_crash(example_text, cut, junk):
     _assert_document_or_invalid(example_text[:cut] + junk + example_text[cut + len(junk):])
 
 
-def _laughs(levels: int, fanout: int = 9) -> str:
-    """The "billion laughs" document: each level an anchored list of `fanout` aliases of the one before."""
-    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
-    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * fanout)}]" for i in range(1, levels)]
-    return "\n".join(lines)
-
-
 @pytest.mark.parametrize("text", [
-    _laughs(9), _laughs(12), _laughs(30, fanout=2), "&a [*a]", "x: &a {y: *a}",
+    laughs(9), laughs(12), laughs(30, fanout=2), "&a [*a]", "x: &a {y: *a}",
     "tenants:\n  - &t {name: a, extra: [" + ", ".join(["x"] * 50) + "]}\n" + "pools: [" + ", ".join(["*t"] * 3000) + "]",
 ])
 def test_alias_bombs_are_refused_in_bounded_time_and_memory(text):

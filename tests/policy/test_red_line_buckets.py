@@ -10,10 +10,10 @@ from app.metrics.serving import bucket_lookup
 from app.policy.service import dump_yaml
 from app.policy.validation import validate
 from app.review.impact import configured_latency_buckets as latency_buckets
-from tests.metrics import scenario
-from tests.metrics.conftest import scenario_prometheus  # noqa: F401 (fixture)
-from tests.metrics.policies import mixed_policy
-from tests.review.test_review_api_fuzz import URL, client_for
+from tests.support import scenario
+from tests.support.policies import mixed_policy
+from tests.support.review import VALIDATE_URL as URL
+from tests.support.review import client_for
 
 VLLM = boundaries(VLLM_E2E_LATENCY_S)
 SEARCH = 'vllm:e2e_request_latency_seconds_bucket{namespace="search-prod"}'

@@ -16,7 +16,7 @@ from app.policy.document import PolicyDocument
 from app.policy.render import MIG_FILE, RULES_FILE, render_bundle
 from app.policy.render_alerts import SLA_ALERT
 from app.policy.validation import validate
-from tests.policy.test_render import PROMTOOL, all_objects, larger_data, spec_data
+from tests.support.policy_docs import PROMTOOL, all_objects, larger_data, spec_data
 
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 

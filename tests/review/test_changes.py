@@ -11,7 +11,7 @@ from app.core.audit import AuditEntry
 from app.core.errors import AppError, Conflict, Invalid
 from app.review import changes, impact
 from app.review.models import ChangeState
-from tests.review.review_builders import approved, draft, edited, seed, set_p99, set_price, set_quota
+from tests.support.review import approved, draft, edited, seed, set_p99, set_price, set_quota
 
 
 def audit(session, action: str, change_id: int) -> list[AuditEntry]:
@@ -204,7 +204,7 @@ def test_preview_price_change_rerates_last_month_tenant_by_tenant(session):
     from datetime import UTC, datetime, timedelta
     from decimal import Decimal
 
-    from tests.billing.builders import add_hour
+    from tests.support.billing import add_hour
 
     v1 = seed(session)
     start = datetime(2026, 10, 7, 12, tzinfo=UTC)

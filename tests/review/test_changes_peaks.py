@@ -8,7 +8,7 @@ import pytest
 
 from app.policy.validation import validate
 from app.review import impact
-from tests.review.review_builders import example_document
+from tests.support.review import example_document
 from tests.support.prometheus import PrometheusServer, openmetrics
 
 NOW = datetime(2026, 11, 30, 0, tzinfo=UTC)

@@ -13,8 +13,8 @@ from app.core.db import unit_of_work
 from app.core.timeutil import floor_hour, utcnow
 from app.policy.models import PolicyVersion
 from app.review.models import ChangeRequest, ChangeState, Release, ReleaseState
-from tests.auth.fixtures import BASE_URL, anyio_backend, make_user, page_csrf, sign_in  # noqa: F401
-from tests.review.review_builders import edited, set_quota
+from tests.support.routes import asgi_client, make_user, page_csrf, sign_in
+from tests.support.review import edited, set_quota
 
 pytestmark = pytest.mark.anyio
 SOON = (floor_hour(utcnow()) + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M")
@@ -26,7 +26,7 @@ async def browser(app, fresh_engine) -> AsyncIterator:
     clients: list[httpx.AsyncClient] = []
 
     async def open_as(name: str, role: str) -> tuple[httpx.AsyncClient, str]:
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False), base_url=BASE_URL)
+        client = asgi_client(app)
         clients.append(client)
         with Session(fresh_engine, expire_on_commit=False) as session:
             token = sign_in(client, session, make_user(session, name, role))
@@ -123,7 +123,7 @@ async def test_releases_board_gate(browser, v1, fresh_engine):
 async def test_broken_draft_page_and_rebase_conflicts_page(browser, v1, fresh_engine):
     from app.policy.service import import_version
     from app.policy.parsing import parse_document
-    from tests.review.review_builders import set_p99
+    from tests.support.review import set_p99
 
     olga, csrf = await browser("olga", "operator")
     broken = await post(olga, "/policy/changes", csrf, title="wip", justification="later", document="tenants: [")

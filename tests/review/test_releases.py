@@ -17,7 +17,7 @@ from app.policy.models import PolicyVersion
 from app.policy.service import latest_version, load_document, version_at
 from app.review import changes, releases
 from app.review.models import ChangeState, PolicyArtifact, ReleaseState
-from tests.review.review_builders import approved, draft, seed, set_p99, set_price
+from tests.support.review import approved, draft, seed, set_p99, set_price
 
 # Changes go forward: every effective time is after the test starts.
 PLANNED = floor_hour(utcnow()) + timedelta(hours=2)

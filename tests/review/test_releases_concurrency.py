@@ -22,7 +22,7 @@ from app.core.timeutil import floor_hour, utcnow
 from app.policy.models import PolicyVersion
 from app.review import changes, releases
 from app.review.models import ChangeRequest, ChangeState
-from tests.review.review_builders import draft, seed, set_p99
+from tests.support.review import draft, seed, set_p99
 from tests.support.databases import drop_postgres_database, migrated, new_postgres_database
 
 EFFECTIVE = floor_hour(utcnow()) + timedelta(hours=2)

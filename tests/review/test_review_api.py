@@ -6,18 +6,15 @@ import io
 import zipfile
 from datetime import timedelta
 
-from collections.abc import AsyncIterator
 
-import httpx
 import pytest
-from fastapi import FastAPI
 
 from app.auth import service
 from app.core.db import unit_of_work
 from app.core.timeutil import floor_hour, utcnow
 from app.review.models import ChangeState
-from tests.auth.fixtures import BASE_URL, anyio_backend, make_user  # noqa: F401
-from tests.review.review_builders import edited, set_p99, set_quota
+from tests.support.routes import make_user
+from tests.support.review import edited, set_p99, set_quota
 
 pytestmark = pytest.mark.anyio
 API = "/api/v1/policy"
@@ -25,13 +22,6 @@ AUDIT = "/api/v1/audit"  # the one audit log; a request's or release's history i
 SOON = (floor_hour(utcnow()) + timedelta(hours=2)).isoformat()
 PEOPLE = {"olga": "operator", "otto": "operator", "rita": "reviewer", "ravi": "reviewer", "ada": "admin",
           "vic": "viewer", "fay": "finance", "tim": "tenant"}
-
-
-@pytest.fixture
-async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
-        yield c
 
 
 @pytest.fixture

@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import timedelta
 
 import yaml
-from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.auth import service
-from app.core.db import unit_of_work
-from app.core.deps import get_session
-from app.main import create_app
-from tests.auth.fixtures import make_user
-from tests.review.review_builders import example_document, seed
+from tests.support.review import VALIDATE_URL as URL
+from tests.support.review import client_for, example_document
 
-URL = "/api/v1/policy/validate"
 
 values = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(min_value=-(10**30), max_value=10**30),
@@ -54,22 +47,6 @@ def mutate(data: dict, path: tuple, op: str, value) -> object:
     else:
         parent[last] = value
     return data
-
-
-def client_for(engine) -> tuple[TestClient, dict[str, str]]:
-    """The real app on `engine`, and bearer headers of an operator."""
-    with unit_of_work(engine) as session:
-        seed(session)
-        user = make_user(session, "olga", "operator")
-        _, raw = service.create_token(session=session, user=user, scopes=["read", "write"], lifetime=timedelta(days=1), actor="test")
-    app = create_app()
-
-    def _session():
-        with unit_of_work(engine) as s:
-            yield s
-
-    app.dependency_overrides[get_session] = _session
-    return TestClient(app, raise_server_exceptions=False), {"Authorization": f"Bearer {raw}"}
 
 
 edit_lists = st.lists(st.tuples(st.sampled_from(list(paths(example_document().to_data()))),

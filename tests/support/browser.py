@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from playwright.sync_api import expect
+
+SHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"  # browser tests' screenshots
 
 # argon2 at 64 MiB, a cold page and a busy 2-core machine: generous, because each wait ends on an event.
 SERVER_TIMEOUT_MS = 120_000

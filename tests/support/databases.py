@@ -10,6 +10,7 @@ from sqlalchemy import create_engine, text
 
 from app.core.migrate import upgrade
 
+BACKENDS = ["sqlite", "postgres"]
 PG_ADMIN_URL = os.environ.get("CHARGEBACK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 

@@ -14,9 +14,9 @@ from sqlmodel import Session, func, select
 from app.auth import service
 from app.auth.models import ApiToken, LoginAttempt
 from app.core.db import make_engine, unit_of_work
-from tests.auth.fixtures import page_csrf
-from tests.conftest import BACKENDS
-from tests.review.review_builders import seed
+from tests.support.routes import page_csrf
+from tests.support.databases import BACKENDS
+from tests.support.review import seed
 from tests.support.databases import drop_postgres_database, migrated, new_postgres_database, new_sqlite_database
 from tests.support.server import running_portal
 

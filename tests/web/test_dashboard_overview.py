@@ -4,20 +4,14 @@ idle, dark-time share, ingestion health and SLA status partials (htmx, polled), 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 
 import pytest
 
-from app.billing import periods
-from app.billing.loader import DocumentCache
-from app.core.settings import get_settings
-from app.core.timeutil import floor_hour, utcnow
-from app.metrics import usage_read
-from app.metrics.date_ranges import DateRange
+from app.core.timeutil import utcnow
 from app.web import overview_panels
-from app.billing.fleet_cost import month_cost
-from tests.auth.fixtures import make_user, sign_in
-from tests.billing.builders import add_hour, store_policy
+from tests.support.routes import make_user, sign_in
+from tests.support.billing import add_hour, store_policy
+from tests.support.pages import date_range_over, overview_month
 
 pytestmark = pytest.mark.anyio
 
@@ -30,56 +24,9 @@ def _fresh_cache():
     overview_panels._CACHE.clear()
 
 
-def _hours(n: int = 3) -> list[datetime]:
-    """Up to n hours of this month, ending with the current one (so the month's panels hold data in its first hour)."""
-    last = floor_hour(utcnow())
-    start = max(last.replace(day=1, hour=0), last - timedelta(hours=n - 1))
-    return [start + timedelta(hours=i) for i in range(n) if start + timedelta(hours=i) <= last]
-
-
 @pytest.fixture
-def seeded(session):
-    version = store_policy(session, effective_from=datetime(2026, 1, 1, tzinfo=UTC))
-    hours = _hours()
-    for hour in hours:
-        add_hour(session, hour=hour, version=version.id)
-    gap = hours[0] - timedelta(hours=1)
-    add_hour(session, hour=gap, version=version.id, status="gap")
-    session.commit()
-    return {"hours": hours, "gap": gap}
-
-
-def _period(hours) -> DateRange:
-    tz = get_settings().tz
-    return DateRange(start=hours[0].astimezone(tz).date() - timedelta(days=1), end=hours[-1].astimezone(tz).date(), tz=tz)
-
-
-async def test_daily_usage_idle_and_dark_share(session, seeded):
-    period = _period(seeded["hours"])
-    usage = usage_read.daily_usage(session=session, period=period, tenants=None)
-    n = len(seeded["hours"])
-    assert sum(usage.by_class["training"].values()) == Decimal(4320 * n) / 3600
-    # Capacity 2 GPUs x 3600 s per hour; used 1800 + 2520 + 1800 + 360 = 6480 s: idle 720 s an hour.
-    assert sum(usage.idle.values()) == Decimal(720 * n) / 3600
-    member = usage_read.daily_usage(session=session, period=period, tenants=frozenset({"etl"}))
-    assert member.idle is None and set(member.by_class) == {"preprocessing"}
-    dark = usage_read.dark_share(session=session, period=period, tenants=None)
-    assert dark.minute_share == Decimal(25) / 60 and dark.hour_share == Decimal(1800) / Decimal(6480)
-
-
-async def test_month_cost_priced_from_rollups_then_from_rated_period(session, seeded):
-    hours = seeded["hours"]
-    tz = get_settings().tz
-    month, start, end = overview_panels._month_bounds(hours[0].astimezone(tz).date(), tz)
-    computed = month_cost(session=session, month=month, start=start, end=end,
-                                                docs=DocumentCache(session))
-    # SPEC worked example: 2 A100s at 1.30 per GPU-hour = 2.60 per hour.
-    assert computed.source == "computed" and computed.cost == Decimal("2.60") * len(hours)
-    assert computed.utilisation == Decimal(6480) / Decimal(7200)
-    periods.rate(session=session, period=month, actor="test")
-    rated = month_cost(session=session, month=month, start=start, end=end,
-                                             docs=DocumentCache(session))
-    assert rated.source == "rated" and rated.cost == computed.cost
+def seeded(session) -> dict:
+    return overview_month(session)
 
 
 async def test_health_and_sla_partials(client, session, seeded):
@@ -139,7 +86,7 @@ async def test_overview_cache_follows_new_ingestion(session, seeded):
     from app.auth.deps import Principal
 
     user = Principal(name="vic", roles=frozenset({"viewer"}))
-    period = _period(seeded["hours"])
+    period = date_range_over(seeded["hours"])
     now, today = utcnow(), period.end
     first = overview_panels.extras(session=session, user=user, period=period, now=now, today=today)
     again = overview_panels.extras(session=session, user=user, period=period, now=now, today=today)

@@ -5,48 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.billing import periods
-from app.core.settings import get_settings
-from app.core.timeutil import floor_hour, utcnow
-from tests.auth.fixtures import make_user, sign_in
-from tests.billing.builders import add_hour, policy_doc, store_policy
+from tests.support.routes import make_user, sign_in
+from tests.support.pages import MIG_NODE
 
 pytestmark = pytest.mark.anyio
-
-MIG_NODE = "gpu-a100-02"
-
-
-def _hours() -> list[datetime]:
-    """Three finished hours inside one billing month (the month of the last finished hour)."""
-    last = floor_hour(utcnow()) - timedelta(hours=1)
-    first_of_month = last.replace(day=1, hour=0)
-    start = max(first_of_month, last - timedelta(hours=2))
-    return [start + timedelta(hours=i) for i in range(3)]
-
-
-@pytest.fixture
-def seeded(session):
-    """search (inference), vision (training, pays penalties), etl; a MIG node; one month rated."""
-    doc = policy_doc(
-        quotas=[{"tenant": "vision", "pool": "mixed-a100", "guaranteed_gpus": 1, "borrowing_limit": 1, "lending_limit": 0}],
-        isolation={"mig": {MIG_NODE: {"mode": "mixed", "gpus": {"0-3": {"3g.40gb": 2}}}}},
-    )
-    version = store_policy(session, doc, effective_from=datetime(2026, 1, 1, tzinfo=UTC))
-    hours = _hours()
-    for hour in hours:
-        add_hour(session, hour=hour, version=version.id)
-    month = hours[0].astimezone(get_settings().tz).strftime("%Y-%m")
-    periods.rate(session=session, period=month, actor="test")
-    session.commit()
-    day = hours[0].astimezone(get_settings().tz).date()
-    return {"hours": hours, "month": month, "query": f"start={day.isoformat()}&end={day.isoformat()}"
-            if all(h.astimezone(get_settings().tz).date() == day for h in hours)
-            else f"start={day.isoformat()}&end={(day + timedelta(days=1)).isoformat()}"}
-
 
 def _json(html: str, element_id: str) -> dict:
     match = re.search(rf'<script type="application/json" id="{element_id}">(.*?)</script>', html, re.S)

@@ -1,34 +1,20 @@
 """The first page: GPU-hours per tenant and class from the rollups, a date range, tenant members see only theirs."""
 
 from datetime import timedelta
-from decimal import Decimal
 
 import pytest
 
 from app.core.settings import get_settings
 from app.core.timeutil import utcnow
-from app.metrics import usage_read
-from app.metrics.date_ranges import date_range
-from tests.auth.fixtures import make_user, sign_in
-from tests.web import builders
+from tests.support.routes import make_user, sign_in
+from tests.support import rollups as builders
 
 pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
 def rollups(session):
-    version = builders.policy_version(session)
-    hours = builders.recent_hours(3)
-    for hour in hours:
-        builders.usage(session, version, hour=hour, tenant="team-a", klass="inference", gpu_seconds="7200")
-        builders.usage(session, version, hour=hour, tenant="team-a", klass="training", gpu_seconds="1800", dark=True)
-        builders.usage(session, version, hour=hour, tenant="team-b", klass="training", gpu_seconds="3600")
-        builders.ingest_hour(session, hour)
-    old = utcnow() - timedelta(days=45)
-    builders.usage(session, version, hour=old.replace(minute=0, second=0, microsecond=0), tenant="team-old",
-                   klass="training", gpu_seconds="36000")
-    session.commit()
-    return hours
+    return builders.overview_rollups(session)
 
 
 async def test_overview_sums_rollups_per_tenant_and_class(client, session, rollups):
@@ -79,16 +65,3 @@ async def test_gaps_are_called_out(client, session, rollups):
     sign_in(client, session, make_user(session, "vic", "viewer"))
     page = await client.get("/")
     assert "1 hour in this range could not be read from Prometheus yet" in page.text
-
-
-def test_query_is_exact_decimal_and_filters_tenants(session, rollups):
-    tz = get_settings().tz
-    period = date_range(None, None, today=utcnow().astimezone(tz).date(), tz=tz)
-    rows = usage_read.gpu_hours_by_tenant_class(session=session, period=period, tenants=None)
-    assert [(r.tenant, r.klass, r.gpu_hours) for r in rows] == [
-        ("team-a", "inference", Decimal("6.000")), ("team-a", "training", Decimal("1.500")),
-        ("team-b", "training", Decimal("3.000")),
-    ]
-    only_b = usage_read.gpu_hours_by_tenant_class(session=session, period=period, tenants=frozenset({"team-b"}))
-    assert [r.tenant for r in only_b] == ["team-b"]
-    assert usage_read.gpu_hours_by_tenant_class(session=session, period=period, tenants=frozenset()) == []

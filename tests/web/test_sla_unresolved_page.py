@@ -5,13 +5,12 @@ from __future__ import annotations
 import pytest
 
 from app.metrics.models import SlaUnresolvedHour
-from tests.auth.fixtures import make_user, sign_in
-from tests.web.test_dashboard_pages import seeded  # noqa: F401 (fixture)
+from tests.support.routes import make_user, sign_in
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_sla_page_counts_unresolved_minutes(client, session, seeded):  # noqa: F811
+async def test_sla_page_counts_unresolved_minutes(client, session, seeded):
     for hour, minutes in zip(seeded["hours"], (7, 5)):
         session.add(SlaUnresolvedHour(hour=hour, service="search-chat", service_tenant="search", pool="mixed-a100",
                                       minutes=minutes))

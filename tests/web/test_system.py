@@ -6,7 +6,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.core.timeutil import utcnow
-from tests.web import builders
+from tests.support import rollups as builders
 
 pytestmark = pytest.mark.anyio
 
@@ -98,7 +98,7 @@ async def test_metrics_and_health_panel_report_use_cut_at_capacity(client, sessi
     from decimal import Decimal
 
     from app.metrics.models import DataQualityFinding
-    from tests.auth.fixtures import make_user, sign_in
+    from tests.support.routes import make_user, sign_in
 
     hour = builders.recent_hours(2)[0]
     builders.ingest_hour(session, hour, duration_s=0.5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from app.metrics.simulator import Simulator
-from tests.metrics.simulator.conftest import DAY
+from tests.support.simulator import DAY
 
 H = timedelta(hours=1)
 

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.metrics.simulator import serve_exporter
-from tests.metrics.simulator.conftest import DAY
+from tests.support.simulator import DAY
 
 DEVICE_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "DCGM_FI_DRIVER_VERSION",
                  "pod", "namespace", "container"}

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from tests.metrics.simulator.conftest import DAY
+from tests.support.simulator import DAY
 
 H = timedelta(hours=1)
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"

@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 
 from app.metrics.attribution import attribute_hour, split_hours
-from tests.metrics.simulator.conftest import DAY
+from tests.support.simulator import DAY
 
 END = DAY + timedelta(days=1)
 

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from fastapi.testclient import TestClient
+from sqlalchemy.engine import Engine
 from sqlmodel import Session
+
+from app.auth import service
+from app.core.db import unit_of_work
 
 from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
@@ -15,9 +20,11 @@ from app.policy.parsing import parse_document
 from app.policy.service import dump_yaml, import_version, load_document
 from app.review import changes
 from app.review.models import ChangeRequest
+from tests.support.routes import committing_app, make_user
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "policy.yaml"
 SEED_FROM = datetime(2026, 1, 1, tzinfo=UTC)
+VALIDATE_URL = "/api/v1/policy/validate"
 
 
 def example_document() -> PolicyDocument:
@@ -64,3 +71,12 @@ def approved(session: Session, version: PolicyVersion, *, author: str = "olga", 
     changes.submit(session=session, change_id=change.id, actor=author)
     changes.approve(session=session, change_id=change.id, actor=reviewer)
     return change
+
+
+def client_for(engine: Engine) -> tuple[TestClient, dict[str, str]]:
+    """The real app on `engine` (the first version seeded), and bearer headers of an operator."""
+    with unit_of_work(engine) as session:
+        seed(session)
+        user = make_user(session, "olga", "operator")
+        _, raw = service.create_token(session=session, user=user, scopes=["read", "write"], lifetime=timedelta(days=1), actor="test")
+    return TestClient(committing_app(engine), raise_server_exceptions=False), {"Authorization": f"Bearer {raw}"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import typer
 from typer.testing import CliRunner
@@ -10,6 +11,7 @@ from typer.testing import CliRunner
 from app.cli import app as cli_app
 from app.core.settings import Settings
 
+ROOT = Path(__file__).resolve().parents[2]  # the checkout
 PREFIX = "CHARGEBACK_"
 
 

@@ -21,7 +21,7 @@ from fractions import Fraction
 
 from app.metrics.attribution import quantize_micro
 from app.metrics.histograms import VLLM_E2E_LATENCY_S
-from tests.metrics.policies import A100, RTX4090
+from tests.support.policies import A100, RTX4090
 from tests.support.prometheus import openmetrics
 
 H = int(datetime(2026, 11, 20, 10, tzinfo=UTC).timestamp())

@@ -49,3 +49,19 @@ def overview_chart(html: str) -> dict:
     match = re.search(r'<script type="application/json" id="overview-data">(.*?)</script>', html, re.S)
     assert match, "no chart data on the page"
     return json.loads(match.group(1))
+
+
+def overview_rollups(session: Session) -> list[datetime]:
+    """Three recent hours of team-a (inference, dark training) and team-b (training), and a 45-day-old hour."""
+    version = policy_version(session)
+    hours = recent_hours(3)
+    for hour in hours:
+        usage(session, version, hour=hour, tenant="team-a", klass="inference", gpu_seconds="7200")
+        usage(session, version, hour=hour, tenant="team-a", klass="training", gpu_seconds="1800", dark=True)
+        usage(session, version, hour=hour, tenant="team-b", klass="training", gpu_seconds="3600")
+        ingest_hour(session, hour)
+    old = utcnow() - timedelta(days=45)
+    usage(session, version, hour=old.replace(minute=0, second=0, microsecond=0), tenant="team-old",
+          klass="training", gpu_seconds="36000")
+    session.commit()
+    return hours

@@ -5,8 +5,12 @@ These write the same tables ingestion writes (a real fixture, not a mock of rati
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 from sqlalchemy import insert
 from sqlmodel import Session
@@ -150,3 +154,12 @@ def fill_month(session: Session, month: str, version: int, *, skip=(), gap=(), u
             add_hour(session, hour=hours[i], version=version, usage=usage, gpus=gpus, pool=pool, model=model)
     session.flush()
     return len(hours)
+
+
+CLI = Path(sys.executable).with_name("chargeback")
+
+
+def run_cli(url: str, *args: str) -> subprocess.CompletedProcess:
+    """`chargeback ARGS` as a real process on the database at `url`."""
+    env = {**os.environ, "CHARGEBACK_DATABASE_URL": url, "COLUMNS": "200"}
+    return subprocess.run([str(CLI), *args], env=env, capture_output=True, text=True, timeout=120)

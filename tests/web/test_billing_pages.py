@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from app.core.db import unit_of_work
-from tests.billing.builders import add_hour, fill_month, store_policy
-from tests.billing.test_api import FINANCE, VISION_MEMBER, api  # noqa: F401  (fixture)
+from tests.support.billing import add_hour, fill_month, store_policy
+from tests.support.routes import FINANCE, VISION_MEMBER
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
 HTML = {"accept": "text/html"}

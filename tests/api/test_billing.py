@@ -2,79 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import hashlib
 import io
 from datetime import UTC, datetime, timedelta
 
-import httpx
 import pytest
-from fastapi import Request
 
-from app.auth.deps import Principal, get_principal
-from app.core.deps import get_session
 from app.core.db import unit_of_work
-from app.main import create_app
-from tests.billing.builders import add_hour, fill_month, store_policy
+from tests.support.billing import add_hour, fill_month, store_policy
+from tests.support.routes import VIEWER, VISION_MEMBER, problem
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
-FINANCE = Principal(name="fiona", roles=frozenset({"finance"}), user_id=1)
-VIEWER = Principal(name="victor", roles=frozenset({"viewer"}), user_id=2)
-VISION_MEMBER = Principal(name="vera", roles=frozenset({"tenant"}), tenants=frozenset({"vision"}), user_id=3)
-
-
-class Api:
-    """A sync facade over an httpx AsyncClient on the ASGI app, acting as a chosen principal."""
-
-    def __init__(self, app):
-        self.app = app
-        self.principal = FINANCE
-
-    def as_(self, principal: Principal) -> "Api":
-        self.principal = principal
-        return self
-
-    def request(self, method: str, url: str, **kwargs) -> httpx.Response:
-        async def go():
-            transport = httpx.ASGITransport(app=self.app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-                return await client.request(method, url, **kwargs)
-
-        return asyncio.run(go())
-
-    def get(self, url, **kw):
-        return self.request("GET", url, **kw)
-
-    def post(self, url, **kw):
-        return self.request("POST", url, **kw)
-
-
-@pytest.fixture
-def api(fresh_engine):
-    """The app on a database of its own (requests really commit or roll back), as FINANCE by default."""
-    app = create_app()
-    holder = Api(app)
-
-    def _session():
-        with unit_of_work(fresh_engine) as session:
-            yield session
-
-    def _principal(request: Request) -> Principal:
-        request.state.principal = holder.principal
-        return holder.principal
-
-    app.dependency_overrides[get_session] = _session
-    app.dependency_overrides[get_principal] = _principal
-    return holder
-
-
-def problem(response: httpx.Response, status: int) -> dict:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/problem+json")
-    body = response.json()
-    assert body["status"] == status and body["title"] and body["detail"]
-    return body
 
 
 @pytest.fixture

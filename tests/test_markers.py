@@ -1,0 +1,16 @@
+"""The automatic markers name their fixtures by defining module: a moved fixture must not silently stop marking."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from tests.support.markers import MARKING_FIXTURES
+
+
+@pytest.mark.parametrize("qualified", sorted(name for names in MARKING_FIXTURES.values() for name in names))
+def test_every_marking_fixture_exists_where_it_is_named(qualified):
+    module, _, name = qualified.rpartition(".")
+    definition = getattr(importlib.import_module(module), name, None)
+    assert definition is not None, f"{qualified} is not defined: update MARKING_FIXTURES in tests/conftest.py"
