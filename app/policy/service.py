@@ -14,6 +14,7 @@ from decimal import Decimal
 
 import yaml
 from pydantic import ValidationError
+from sqlalchemy import func
 from sqlmodel import Session, select
 
 from app.core.audit import record
@@ -96,6 +97,17 @@ def get_version(*, session: Session, number: int) -> PolicyVersion:
     if version is None:
         raise NotFound(f"policy version {number} does not exist")
     return version
+
+
+def previous_version(*, session: Session, number: int) -> PolicyVersion | None:
+    """The version numbered just below `number`, or None for the first."""
+    stmt = select(PolicyVersion).where(PolicyVersion.id < number).order_by(PolicyVersion.id.desc()).limit(1)
+    return session.exec(stmt).first()
+
+
+def highest_version_number(*, session: Session) -> int | None:
+    """The number of the newest version stored (a cheap change marker), None when there is none."""
+    return session.exec(select(func.max(PolicyVersion.id))).one()
 
 
 def list_versions(*, session: Session) -> list[PolicyVersion]:

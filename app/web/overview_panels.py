@@ -9,8 +9,7 @@ from datetime import time as clock
 from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Request
-from sqlalchemy import func
-from sqlmodel import Session, select
+from sqlmodel import Session
 from starlette.responses import Response
 
 from app.auth.deps import CurrentUser, Principal
@@ -22,7 +21,7 @@ from app.metrics.breaches_read import services
 from app.metrics.date_ranges import DateRange
 from app.metrics.ingestion_health import ingestion_health, ingestion_version
 from app.http.templating import render
-from app.policy.models import PolicyVersion
+from app.policy.service import highest_version_number
 from app.web.dashboard_common import active_document, chart_json, presets, resolve
 from app.billing.fleet_cost import month_cost
 
@@ -74,7 +73,7 @@ _CACHE: dict[tuple, tuple[float, dict]] = {}
 def data_version(session: Session) -> tuple:
     """A cheap fingerprint of everything the overview aggregates."""
     billing = periods_fingerprint(session=session)
-    policy = session.exec(select(func.max(PolicyVersion.id))).one()
+    policy = highest_version_number(session=session)
     return (*ingestion_version(session), *billing, policy)
 
 
