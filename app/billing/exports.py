@@ -21,8 +21,9 @@ from sqlmodel import Session
 from app.billing import pdf
 from app.billing.invoices import PeriodView, load_view
 from app.billing.models import BillingPeriod, ChargeLineRecord, LineSource
-from app.billing.types import PLATFORM, LineKind
+from app.billing.types import PLATFORM, QUANTITY, LineKind
 from app.core.errors import FieldError, Invalid, NotFound
+from app.policy.validation import FORMULA_START
 
 FORMATS = {
     "csv": ("text/csv; charset=utf-8", "csv"),
@@ -33,7 +34,6 @@ ISSUER = "GPU Platform"  # the internal provider: invoice issuer, provider and p
 SERVICE_NAME = "GPU Co-location"
 SERVICE_CATEGORY = "AI and Machine Learning"  # FOCUS 1.2 allowed value
 SERVICE_SUBCATEGORY = "Machine Learning"
-QUANTITY = Decimal("0.000001")
 
 DESCRIPTIONS = {
     LineKind.RESERVED_FEE: "Reserved inference capacity",
@@ -113,13 +113,12 @@ def _money(value: Decimal) -> str:
     return format(Decimal(value), "f")
 
 
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?")
 
 
 def neutralise(value: str) -> str:
     """A cell a spreadsheet will not run as a formula (OWASP CSV injection); plain numbers stay numeric."""
-    if value[:1] in _FORMULA_START and not _NUMBER.fullmatch(value):
+    if value[:1] in FORMULA_START and not _NUMBER.fullmatch(value):
         return "'" + value
     return value
 

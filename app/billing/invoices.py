@@ -24,13 +24,12 @@ from app.billing.models import (
     UnpooledUsageRecord,
 )
 from app.billing.totals import BILLED_KINDS, NOT_TENANTS, account_totals, department_rollup, fold_totals
-from app.billing.types import PLATFORM, LineKind
+from app.billing.types import PLATFORM, QUANTITY, LineKind
 from app.core.errors import NotFound
 from app.core.timeutil import SECONDS_PER_HOUR
 from app.metrics.quality import FindingsSummary, findings_summary
 
 ZERO = Decimal(0)
-HOURS = Decimal("0.000001")
 
 
 @dataclass
@@ -201,7 +200,7 @@ def platform_statement(view: PeriodView) -> dict:
         "currency": view.period.currency,
         "balance": {k: by_kind[k] for k in LineKind.BALANCE},
         "balance_total": sum(by_kind.values(), ZERO),
-        "unallocated": {"gpu_hours": unallocated_hours.quantize(HOURS), "amount": unallocated_amount},
+        "unallocated": {"gpu_hours": unallocated_hours.quantize(QUANTITY), "amount": unallocated_amount},
         "pools": rows,
         "cost_total": sum(view.costs.values(), ZERO),
         "conserved": all(r["conserved"] for r in rows),
@@ -212,8 +211,8 @@ def platform_statement(view: PeriodView) -> dict:
         "accept_gaps_reason": view.period.accept_gaps_reason,
         "unpooled": {
             "hours": view.period.unpooled_hours, "max_gpus": view.period.unpooled_gpus,
-            "capacity_gpu_hours": Decimal(view.period.unpooled_gpu_hours).quantize(HOURS),
-            "used_gpu_hours": sum((Decimal(u.gpu_hours) for u in view.unpooled), ZERO).quantize(HOURS),
+            "capacity_gpu_hours": Decimal(view.period.unpooled_gpu_hours).quantize(QUANTITY),
+            "used_gpu_hours": sum((Decimal(u.gpu_hours) for u in view.unpooled), ZERO).quantize(QUANTITY),
             "usage": [{"tenant": u.tenant, "class": u.klass, "gpu_hours": u.gpu_hours} for u in view.unpooled],
             "accept_reason": view.period.accept_unpooled_reason,
         },
@@ -223,8 +222,8 @@ def platform_statement(view: PeriodView) -> dict:
         # Never billed: GPU-seconds a unit reported above its capacity, cut at ingestion.
         "data_quality": {
             "findings": view.findings.count,
-            "gpu_hours_cut": (view.findings.gpu_seconds_cut / SECONDS_PER_HOUR).quantize(HOURS),
-            "by_pool": {p: {"findings": n, "gpu_hours_cut": (cut / SECONDS_PER_HOUR).quantize(HOURS)}
+            "gpu_hours_cut": (view.findings.gpu_seconds_cut / SECONDS_PER_HOUR).quantize(QUANTITY),
+            "by_pool": {p: {"findings": n, "gpu_hours_cut": (cut / SECONDS_PER_HOUR).quantize(QUANTITY)}
                         for p, (n, cut) in sorted(view.findings.by_pool.items())},
         },
     }

@@ -8,6 +8,7 @@ from decimal import Decimal
 from app.metrics.types import BreachMinute, ModelEnergy, UsageRow
 from app.policy.document import PolicyDocument
 
+QUANTITY = Decimal("0.000001")  # quantities and hours to six places: the stored Numeric(20, 6) scale
 PLATFORM = "platform"  # the account that receives the platform statement and unallocated use
 
 

@@ -7,6 +7,8 @@ from datetime import datetime
 
 import typer
 
+from app.core.timeutil import SECONDS_PER_DAY
+
 app = typer.Typer(help="metrics commands", no_args_is_help=True)
 
 WINDOW_HOURS = 24  # hours committed per unit of work
@@ -97,7 +99,7 @@ def doctor(
     url: str | None = typer.Option(None, "--url", help="Prometheus-compatible query API (default: CHARGEBACK_PROMETHEUS_URL)"),
     policy_file: str | None = typer.Option(None, "--policy", help="policy YAML to check against (default: the active version)"),
     at: str | None = typer.Option(None, "--at", help="evaluate at this time, ISO 8601 (default: now)"),
-    lookback_s: int = typer.Option(600, "--lookback", min=60, max=86400, help="seconds of samples to read"),
+    lookback_s: int = typer.Option(600, "--lookback", min=60, max=SECONDS_PER_DAY, help="seconds of samples to read"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
     """Preflight a live Prometheus: label style, intervals, duplicates, nodes, namespaces, SLA buckets; exit 1 if it would mis-bill."""

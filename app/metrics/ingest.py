@@ -20,7 +20,7 @@ from sqlalchemy import delete, insert
 from sqlmodel import Session, select
 
 from app.core.errors import AppError
-from app.core.timeutil import HOUR, aware, from_epoch, hours_between, utcnow
+from app.core.timeutil import HOUR, SECONDS_PER_HOUR, aware, from_epoch, hours_between, utcnow
 from app.metrics.attribution import attribute_hour, split_hours
 from app.metrics.models import (
     BreachMinuteRollup,
@@ -38,7 +38,7 @@ from app.policy.service import load_document, version_at
 
 # Backoff for gap retries: 1, 2, 4, ... minutes, at most 6 hours.
 RETRY_BASE_S = 60
-RETRY_MAX_S = 6 * 3600
+RETRY_MAX_S = 6 * SECONDS_PER_HOUR
 # About 60,000 minute-samples per fetch (~4 h of 256 busy GPUs): hours per fetch shrink as the fleet grows,
 # so memory stays flat, and several batches let fetching and attribution overlap.
 SAMPLE_BUDGET = 60_000

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import case, func
 from sqlmodel import Session, col, select
 
-from app.core.timeutil import HOUR, aware
+from app.core.timeutil import HOUR, SECONDS_PER_HOUR, aware
 from app.metrics.models import IngestHour
 from app.metrics.quality import FindingsSummary, findings_summary
 
@@ -37,7 +37,7 @@ class IngestionHealth:
 
     @property
     def lag_hours(self) -> float | None:
-        return None if self.lag is None else self.lag.total_seconds() / 3600
+        return None if self.lag is None else self.lag.total_seconds() / SECONDS_PER_HOUR
 
 
 def ingestion_version(session: Session) -> tuple:

@@ -22,7 +22,7 @@ from sqlmodel import Session, select
 
 from app.core.db import get_engine, is_postgres, unit_of_work
 from app.core.settings import Settings, get_settings
-from app.core.timeutil import HOUR, aware, floor_hour, hours_between, utcnow
+from app.core.timeutil import HOUR, SECONDS_PER_HOUR, aware, floor_hour, hours_between, utcnow
 from app.metrics.ingest import IngestReport, hour_status, ingest_hour_list
 from app.metrics.models import IngestHour
 from app.metrics.types import MetricsSource
@@ -68,7 +68,7 @@ def claim(session: Session, hours: list[datetime], now: datetime) -> list[dateti
     """Lock the hours this transaction will ingest; return those still pending once locked."""
     if is_postgres(session):
         got = [h for h in hours if session.execute(
-            text("SELECT pg_try_advisory_xact_lock(:c, :k)"), {"c": LOCK_CLASS, "k": int(h.timestamp()) // 3600}
+            text("SELECT pg_try_advisory_xact_lock(:c, :k)"), {"c": LOCK_CLASS, "k": int(h.timestamp()) // SECONDS_PER_HOUR}
         ).scalar()]
     else:
         # Take SQLite's write lock first: a concurrent worker waits here until we commit.
