@@ -21,7 +21,7 @@ from sqlmodel import Session
 from app.billing import pdf
 from app.billing.invoices import PeriodView, load_view
 from app.billing.models import BillingPeriod, ChargeLineRecord, LineSource
-from app.billing.types import PLATFORM, QUANTITY, LineKind
+from app.billing.types import CHARGE_KINDS, PLATFORM, QUANTITY, LineKind
 from app.core.errors import FieldError, Invalid, NotFound
 from app.policy.validation import FORMULA_START
 
@@ -176,7 +176,7 @@ def charge_category(kind: str) -> str:
     """FOCUS ChargeCategory: consumption is Usage, SLA credits are Credit, the rest Adjustment."""
     if kind == LineKind.SLA_CREDIT:
         return "Credit"
-    if kind in LineKind.CHARGES:
+    if kind in CHARGE_KINDS:
         return "Usage"
     return "Adjustment"
 

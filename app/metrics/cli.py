@@ -38,6 +38,7 @@ def ingest(
     from app.core.settings import get_settings
     from app.core.timeutil import hours_between
     from app.metrics.ingest import NO_POLICY, IngestReport, hour_status, ingest_hour_list
+    from app.metrics.models import IngestStatus
     from app.metrics.sources import get_source
 
     first, last = _when(start, "--start"), _when(end, "--end")
@@ -68,9 +69,9 @@ def ingest(
 
     with Session(engine) as session:
         rows = hour_status(session, first, last)
-    ok = sum(1 for h in hours if h in rows and rows[h].status == "ok")
+    ok = sum(1 for h in hours if h in rows and rows[h].status == IngestStatus.OK)
     missing = len(hours) - ok
-    console.print(f"hours: {len(hours)}  ok: {ok}  gaps: {sum(1 for r in rows.values() if r.status == 'gap')}  "
+    console.print(f"hours: {len(hours)}  ok: {ok}  gaps: {sum(1 for r in rows.values() if r.status == IngestStatus.GAP)}  "
                   f"not attempted: {sum(1 for h in hours if h not in rows)}  in {report.duration_s:.1f}s")
     for hour, error in sorted(report.errors.items())[:5]:
         console.print(f"  {hour:%Y-%m-%d %H:%M}: {error}")
