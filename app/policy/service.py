@@ -177,6 +177,17 @@ class _Dumper(yaml.SafeDumper):
     pass
 
 
+def active_document(*, session: Session, at: datetime | None = None) -> PolicyDocument | None:
+    """The policy in effect now (or at `at`), or None when there is none or it cannot be read."""
+    version = active_version(session=session, at=at)
+    if version is None:
+        return None
+    try:
+        return load_document(version)
+    except ValueError:  # a stored document that no longer parses should not take the pages down
+        return None
+
+
 def _represent_decimal(dumper: yaml.SafeDumper, value: Decimal) -> yaml.Node:
     # Plain numbers, written exactly: "0.30" stays 0.30, 26280 stays an integer.
     text = format(value, "f")
