@@ -13,7 +13,7 @@ from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, Field
 
 from app.auth.deps import CurrentUser, Principal
-from app.core.audit import AuditEntry, AuditPublic, readable_entries
+from app.core.audit import AuditEntry, AuditPublic, readable_entries, readable_entry
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
 from app.http.pagination import MAX_ID, CursorQuery, LimitQuery, Page, paginate
@@ -102,7 +102,7 @@ def list_audit(
 @router.get("/audit/{entry_id}")
 def get_audit(entry_id: Annotated[int, Path(ge=1, le=MAX_ID)], session: SessionDep, user: CurrentUser) -> AuditPublic:
     """One audit entry (404 when unknown, or about a tenant the caller may not see)."""
-    entry = session.get(AuditEntry, entry_id)
-    if entry is None or not (user.visible_tenants() is None or entry.tenant in user.visible_tenants()):
+    entry = readable_entry(session=session, entry_id=entry_id, tenants=user.visible_tenants())
+    if entry is None:
         raise NotFound(f"No audit entry {entry_id}")
     return AuditPublic.of(entry)

@@ -6,11 +6,10 @@ log is /api/v1/audit. Viewers, finance, operators and reviewers read; admins do 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
-from sqlmodel import select
 from starlette.responses import Response
 
 from app.api.schemas.policy import Artifacts, Validation, VersionDiff, VersionDocument, VersionPublic
@@ -20,37 +19,13 @@ from app.core.errors import FieldError, Invalid
 from app.http.pagination import IdPath
 from app.policy.models import PolicyVersion
 from app.policy.parsing import check_document
-from app.policy.service import active_version, get_version, latest_version, list_versions, load_document
-from app.policy.validation import LatencyBuckets
-from app.review import changes, impact, releases
+from app.policy.service import active_version, get_version, latest_version, list_versions, load_document, previous_version
+from app.review import changes, releases
+from app.review.deps import BucketsDep, PeaksDep
 
 router = APIRouter(prefix="/policy", tags=["policy"])
 
 Id = IdPath
-
-
-
-def measured_peaks(session: SessionDep) -> dict[str, float] | None:
-    """Peak GPU memory (MiB) per tenant over the last 7 days from Prometheus; None when not measured.
-
-    None when no Prometheus is configured (the simulator) or it does not answer: validation then warns.
-    Tests and other sources override this dependency.
-    """
-    from app.core.settings import get_settings
-
-    settings = get_settings()
-    version = latest_version(session=session)
-    if not settings.prometheus_url or version is None:
-        return None
-    return impact.measured_peaks_from_prometheus(
-        settings.prometheus_url, load_document(version), timeout_s=min(settings.prometheus_timeout_s, 10.0)
-    )
-
-
-PeaksDep = Annotated[dict[str, float] | None, Depends(measured_peaks)]
-
-
-BucketsDep = Annotated[LatencyBuckets | None, Depends(impact.configured_latency_buckets)]
 
 
 class Body(BaseModel):
@@ -107,7 +82,7 @@ def version(number: Id, session: SessionDep, _: Staff) -> dict:
     found = get_version(session=session, number=number)
     current = active_version(session=session)
     out = version_out(found, active_id=current.id if current else None, document=True)
-    previous = session.exec(select(PolicyVersion).where(PolicyVersion.id < found.id).order_by(PolicyVersion.id.desc())).first()
+    previous = previous_version(session=session, number=found.id)
     out["previous_version"] = previous.id if previous else None
     out["diff"] = [] if previous is None else [c.as_dict() for c in diff(load_document(previous).to_data(), out["document"])]
     return out

@@ -18,8 +18,8 @@ from fastapi import Depends, Request
 
 from app.auth import service
 from app.auth.principal import Principal
-from app.auth.sessions import SAFE_METHODS, SESSION_COOKIE, csrf_ok, unsign_session_id
-from app.core.deps import SessionDep
+from app.auth.sessions import SESSION_COOKIE, csrf_ok, unsign_session_id
+from app.core.deps import SAFE_METHODS, SessionDep
 from app.core.errors import AppError
 from app.http.idempotency import Idempotency, idempotency_for
 

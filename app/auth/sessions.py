@@ -26,7 +26,6 @@ CSRF_COOKIE = "cb_csrf"
 CSRF_HEADER = "x-csrf-token"
 CSRF_FIELD = "csrf_token"
 SESSION_LIFETIME = timedelta(hours=12)
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 _NO_NONCE_PREFIXES = ("/api/", "/healthz", "/metrics", "/static/")
 
 

@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from enum import StrEnum
 
 from sqlalchemy import func, select
 from sqlmodel import Session
@@ -23,12 +24,21 @@ from app.metrics.types import ModelEnergy
 DEFAULT_CURRENCY = "USD"
 
 
+class CostSource(StrEnum):
+    """Where a month's fleet cost C came from."""
+
+    RATED = "rated"  # the rated period's stored pool costs
+    COMPUTED = "computed"  # the rollups priced, not rated yet
+    UNPRICED = "unpriced"  # a GPU model without a price (or an unreadable version): no figure
+    NONE = "none"  # nothing ingested
+
+
 @dataclass(frozen=True)
 class FleetCost:
     """C over a month's hours; `source` says where it came from."""
 
     cost: Decimal | None  # None: nothing ingested, or a GPU model without a price (rating would refuse too)
-    source: str  # "rated" (stored pool costs) | "computed" (rollups priced) | "unpriced" | "none"
+    source: CostSource
     currency: str = DEFAULT_CURRENCY
 
 
@@ -37,7 +47,7 @@ def fleet_cost(*, session: Session, month: str, start: datetime, end: datetime, 
     period = get_period(session=session, month=month)
     if period is not None and period.status != PeriodStatus.OPEN:
         total = session.execute(select(func.sum(PoolCostRecord.cost)).where(PoolCostRecord.period_id == period.id)).scalar_one()
-        return FleetCost(Decimal(str(total or 0)), "rated", period.currency)
+        return FleetCost(Decimal(str(total or 0)), CostSource.RATED, period.currency)
     rows = session.execute(
         select(PoolHourModel.hour, PoolHourModel.pool, PoolHourRollup.policy_version_id, PoolHourModel.model,
                PoolHourModel.gpus, PoolHourModel.measured_gpus, PoolHourModel.measured_kwh)
@@ -45,7 +55,7 @@ def fleet_cost(*, session: Session, month: str, start: datetime, end: datetime, 
         .where(PoolHourModel.hour >= start, PoolHourModel.hour < end, PoolHourRollup.gpus > 0)
     ).all()
     if not rows:
-        return FleetCost(None, "none")
+        return FleetCost(None, CostSource.NONE)
     hours: dict[tuple, list[ModelEnergy]] = defaultdict(list)
     for hour, pool, version_id, model, gpus, measured, kwh in rows:
         hours[(hour, pool, version_id)].append(
@@ -58,15 +68,15 @@ def fleet_cost(*, session: Session, month: str, start: datetime, end: datetime, 
         try:
             doc = docs.get(version_id)
         except (ValueError, NotFound):  # an unreadable version: rating reports it; nothing to sign here
-            return FleetCost(None, "unpriced")
+            return FleetCost(None, CostSource.UNPRICED)
         if doc.pool(pool) is None:
             continue  # GPUs on nodes no pool names: shown, never priced (SPEC section 4)
         sheet = sheets.get(version_id) or sheets.setdefault(version_id, PriceSheet.of(doc.pricing))
         if any(m.model not in sheet.fixed for m in models):
-            return FleetCost(None, "unpriced", doc.pricing.currency)  # rating refuses the month: so does C
+            return FleetCost(None, CostSource.UNPRICED, doc.pricing.currency)  # rating refuses the month: so does C
         currency = doc.pricing.currency
         priced.append((pool, sheet, sorted(models, key=lambda m: m.model)))
-    return FleetCost(sum(pool_costs(priced, currency=currency).values(), Decimal(0)), "computed", currency)
+    return FleetCost(sum(pool_costs(priced, currency=currency).values(), Decimal(0)), CostSource.COMPUTED, currency)
 
 
 @dataclass
@@ -75,7 +85,7 @@ class MonthCost:
 
     month: str
     cost: Decimal | None  # C over the month's ingested hours
-    source: str  # FleetCost.source: "rated" | "computed" | "unpriced" | "none"
+    source: CostSource
     capacity_hours: Decimal
     used_hours: Decimal
     currency: str = DEFAULT_CURRENCY

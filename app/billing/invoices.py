@@ -24,13 +24,12 @@ from app.billing.models import (
     UnpooledUsageRecord,
 )
 from app.billing.totals import BILLED_KINDS, NOT_TENANTS, account_totals, department_rollup, fold_totals
-from app.billing.types import PLATFORM, LineKind
+from app.billing.types import BALANCE_KINDS, PLATFORM, QUANTITY, TRANSFER_KINDS, LineKind
 from app.core.errors import NotFound
 from app.core.timeutil import SECONDS_PER_HOUR
 from app.metrics.quality import FindingsSummary, findings_summary
 
 ZERO = Decimal(0)
-HOURS = Decimal("0.000001")
 
 
 @dataclass
@@ -166,17 +165,17 @@ def invoice_summaries(view: PeriodView, visible: frozenset[str] | None) -> dict:
 def platform_statement(view: PeriodView) -> dict:
     """Balance lines, unallocated use, gaps, unattributed breaches, C per pool and the conservation check."""
     rating = [l for l in view.lines if l.source == LineSource.RATING]
-    by_kind: dict[str, Decimal] = {k: ZERO for k in LineKind.BALANCE}
+    by_kind: dict[str, Decimal] = {k: ZERO for k in BALANCE_KINDS}
     pools: dict[str, dict] = {}
     unallocated_hours = unallocated_amount = ZERO
     for l in rating:
         pool = pools.setdefault(
-            l.pool, {"pool": l.pool, "charges": ZERO, "transfers": ZERO, **{k: ZERO for k in LineKind.BALANCE}}
+            l.pool, {"pool": l.pool, "charges": ZERO, "transfers": ZERO, **{k: ZERO for k in BALANCE_KINDS}}
         )
-        if l.kind in LineKind.BALANCE:
+        if l.kind in BALANCE_KINDS:
             by_kind[l.kind] += l.amount
             pool[l.kind] += l.amount
-        elif l.kind in LineKind.TRANSFERS:
+        elif l.kind in TRANSFER_KINDS:
             pool["transfers"] += l.amount
         else:
             pool["charges"] += l.amount
@@ -185,9 +184,9 @@ def platform_statement(view: PeriodView) -> dict:
             unallocated_amount += l.amount
     rows = []
     for name in sorted(set(pools) | set(view.costs)):
-        pool = pools.get(name) or {"pool": name, "charges": ZERO, "transfers": ZERO, **{k: ZERO for k in LineKind.BALANCE}}
+        pool = pools.get(name) or {"pool": name, "charges": ZERO, "transfers": ZERO, **{k: ZERO for k in BALANCE_KINDS}}
         cost = view.costs.get(name, ZERO)
-        balance = sum((pool[k] for k in LineKind.BALANCE), ZERO)
+        balance = sum((pool[k] for k in BALANCE_KINDS), ZERO)
         pool.update(cost=cost, balance=balance, difference=pool["charges"] + balance - cost)
         pool["conserved"] = pool["difference"] == ZERO and pool["transfers"] == ZERO
         rows.append(pool)
@@ -199,9 +198,9 @@ def platform_statement(view: PeriodView) -> dict:
         "period": view.period.month,
         "status": view.period.status,
         "currency": view.period.currency,
-        "balance": {k: by_kind[k] for k in LineKind.BALANCE},
+        "balance": {k: by_kind[k] for k in BALANCE_KINDS},
         "balance_total": sum(by_kind.values(), ZERO),
-        "unallocated": {"gpu_hours": unallocated_hours.quantize(HOURS), "amount": unallocated_amount},
+        "unallocated": {"gpu_hours": unallocated_hours.quantize(QUANTITY), "amount": unallocated_amount},
         "pools": rows,
         "cost_total": sum(view.costs.values(), ZERO),
         "conserved": all(r["conserved"] for r in rows),
@@ -212,8 +211,8 @@ def platform_statement(view: PeriodView) -> dict:
         "accept_gaps_reason": view.period.accept_gaps_reason,
         "unpooled": {
             "hours": view.period.unpooled_hours, "max_gpus": view.period.unpooled_gpus,
-            "capacity_gpu_hours": Decimal(view.period.unpooled_gpu_hours).quantize(HOURS),
-            "used_gpu_hours": sum((Decimal(u.gpu_hours) for u in view.unpooled), ZERO).quantize(HOURS),
+            "capacity_gpu_hours": Decimal(view.period.unpooled_gpu_hours).quantize(QUANTITY),
+            "used_gpu_hours": sum((Decimal(u.gpu_hours) for u in view.unpooled), ZERO).quantize(QUANTITY),
             "usage": [{"tenant": u.tenant, "class": u.klass, "gpu_hours": u.gpu_hours} for u in view.unpooled],
             "accept_reason": view.period.accept_unpooled_reason,
         },
@@ -223,8 +222,8 @@ def platform_statement(view: PeriodView) -> dict:
         # Never billed: GPU-seconds a unit reported above its capacity, cut at ingestion.
         "data_quality": {
             "findings": view.findings.count,
-            "gpu_hours_cut": (view.findings.gpu_seconds_cut / SECONDS_PER_HOUR).quantize(HOURS),
-            "by_pool": {p: {"findings": n, "gpu_hours_cut": (cut / SECONDS_PER_HOUR).quantize(HOURS)}
+            "gpu_hours_cut": (view.findings.gpu_seconds_cut / SECONDS_PER_HOUR).quantize(QUANTITY),
+            "by_pool": {p: {"findings": n, "gpu_hours_cut": (cut / SECONDS_PER_HOUR).quantize(QUANTITY)}
                         for p, (n, cut) in sorted(view.findings.by_pool.items())},
         },
     }

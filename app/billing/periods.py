@@ -34,7 +34,7 @@ from app.core.audit import record
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
 from app.core.settings import get_settings
 from app.core.timeutil import SECONDS_PER_HOUR, from_epoch, hours_between, utcnow
-from app.metrics.models import IngestHour, PoolHourRollup, UsageRollup
+from app.metrics.models import IngestHour, IngestStatus, PoolHourRollup, UsageRollup
 
 CENT = Decimal("0.01")
 
@@ -58,12 +58,12 @@ def hour_status(*, session: Session, period: Period) -> HourStatus:
         select(IngestHour.hour, IngestHour.status).where(IngestHour.hour >= period.start, IngestHour.hour < period.end)
     ).all()
     seen = {hour: status for hour, status in rows}
-    status = HourStatus(expected=len(expected), ok=sum(1 for s in seen.values() if s == "ok"))
+    status = HourStatus(expected=len(expected), ok=sum(1 for s in seen.values() if s == IngestStatus.OK))
     for hour in expected:
         state = seen.get(hour)
         if state is None:
             status.missing.append(hour)
-        elif state != "ok":
+        elif state != IngestStatus.OK:
             status.gaps.append(hour)
     return status
 

@@ -27,7 +27,7 @@ from decimal import ROUND_HALF_EVEN, Context, Decimal, Inexact, InvalidOperation
 from app.billing.pricing import MissingPrice, PriceSheet, cents
 from app.billing.rating_sums import Credit, LineSums, PoolCost, TenantUse, UnpooledSums, UsageSums
 from app.billing.types import (
-    PLATFORM, ChargeLine, LineKind, RatingHour, RatingResult, TenantUsage, UnattributedBreach, Unpooled, UnpooledUse,
+    PLATFORM, QUANTITY, ChargeLine, LineKind, RatingHour, RatingResult, TenantUsage, UnattributedBreach, Unpooled, UnpooledUse,
 )
 from app.core.errors import FieldError, Invalid
 from app.core.timeutil import SECONDS_PER_HOUR
@@ -40,7 +40,6 @@ __all__ = ["CurrencyMismatch", "MissingPrice", "RatingInputError", "pool_costs",
 PRECISION = 60
 EXACT = Decimal("1e-20")
 RATE = Decimal("1e-36")
-QUANTITY = Decimal("0.000001")
 ZERO = Decimal(0)
 ONE = Decimal(1)
 

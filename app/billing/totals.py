@@ -18,12 +18,12 @@ from sqlmodel import Session
 
 from app.billing.models import BillingPeriod, ChargeLineRecord, PeriodStatus, TenantUsageRecord
 from app.billing.readable import Viewer, readable_lines, readable_usage
-from app.billing.types import PLATFORM, LineKind
+from app.billing.types import CHARGE_KINDS, PLATFORM, TRANSFER_KINDS, LineKind
 from app.policy.document import UNALLOCATED
 
 ZERO = Decimal(0)
 NOT_TENANTS = frozenset({PLATFORM, UNALLOCATED})  # their use is on the platform statement, not an invoice
-BILLED_KINDS = LineKind.CHARGES + LineKind.TRANSFERS  # what an account owes; balance lines only explain C
+BILLED_KINDS = CHARGE_KINDS + TRANSFER_KINDS  # what an account owes; balance lines only explain C
 
 
 def account_totals(lines: Iterable) -> dict[str, Decimal]:

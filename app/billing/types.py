@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
+from enum import StrEnum
 
 from app.metrics.types import BreachMinute, ModelEnergy, UsageRow
 from app.policy.document import PolicyDocument
 
+QUANTITY = Decimal("0.000001")  # quantities and hours to six places: the stored Numeric(20, 6) scale
 PLATFORM = "platform"  # the account that receives the platform statement and unallocated use
 
 
-class LineKind:
+class LineKind(StrEnum):
     """Charge line kinds; the first four families are SPEC section 5 lines 1-4 and 6."""
 
     RESERVED_FEE = "reserved_fee"  # line 1
@@ -27,9 +29,11 @@ class LineKind:
     RESERVED_UNUSED = "platform_reserved_unused"  # negative: reserved fees above their use
     ROUNDING = "platform_rounding"
 
-    CHARGES = (RESERVED_FEE, INFERENCE_OVERAGE, USAGE_BUSY, USAGE_DARK, UNALLOCATED)
-    TRANSFERS = (SLA_PENALTY, SLA_CREDIT)
-    BALANCE = (IDLE, DARK_DISCOUNT, RESERVED_UNUSED, ROUNDING)
+
+CHARGE_KINDS = (LineKind.RESERVED_FEE, LineKind.INFERENCE_OVERAGE, LineKind.USAGE_BUSY, LineKind.USAGE_DARK,
+                LineKind.UNALLOCATED)
+TRANSFER_KINDS = (LineKind.SLA_PENALTY, LineKind.SLA_CREDIT)
+BALANCE_KINDS = (LineKind.IDLE, LineKind.DARK_DISCOUNT, LineKind.RESERVED_UNUSED, LineKind.ROUNDING)
 
 
 @dataclass(frozen=True)

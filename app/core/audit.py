@@ -120,3 +120,11 @@ def readable_entries(
     if tenants is not None:
         stmt = stmt.where(AuditEntry.tenant.in_(sorted(tenants)))
     return stmt
+
+
+def readable_entry(*, session: Session, entry_id: int, tenants: Collection[str] | None) -> AuditEntry | None:
+    """One audit entry if a reader seeing `tenants` (None: all) may see it, else None."""
+    entry = session.get(AuditEntry, entry_id)
+    if entry is None or not (tenants is None or entry.tenant in tenants):
+        return None
+    return entry

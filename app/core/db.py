@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, create_engine
+from sqlmodel import Session, create_engine, select
 
 from app.core.settings import get_settings
 
@@ -78,3 +78,8 @@ def unit_of_work(engine: Engine | None = None) -> Iterator[Session]:
 def is_postgres(session_or_engine) -> bool:
     bind = session_or_engine.get_bind() if isinstance(session_or_engine, Session) else session_or_engine
     return bind.dialect.name == "postgresql"
+
+
+def ping(session: Session) -> None:
+    """Ask the database a trivial question; raises the driver's error when it does not answer."""
+    session.exec(select(1)).one()

@@ -27,7 +27,7 @@ from app.core.db import get_engine
 from app.core.errors import AppError
 
 log = logging.getLogger("app.db")
-_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 
 
 class NotSaved(AppError):
@@ -55,7 +55,7 @@ _sqlite_writer: RunVar[anyio.Lock] = RunVar("chargeback_sqlite_writer")
 
 
 def _writes_sqlite(request: Request) -> bool:
-    return request.method not in _SAFE_METHODS and get_engine().dialect.name == "sqlite"
+    return request.method not in SAFE_METHODS and get_engine().dialect.name == "sqlite"
 
 
 async def _sqlite_write_turn(request: Request) -> AsyncIterator[None]:

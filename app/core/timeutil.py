@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+SECONDS_PER_MINUTE = 60
 SECONDS_PER_HOUR = 3600  # the one definition; rollup hours are epoch seconds on multiples of it
+SECONDS_PER_DAY = 24 * SECONDS_PER_HOUR
 HOUR = timedelta(seconds=SECONDS_PER_HOUR)
 
 

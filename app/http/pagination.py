@@ -41,7 +41,8 @@ class Page(BaseModel, Generic[T]):
     next_cursor: str | None = None
 
 
-def _plain(value: Any) -> Any:
+def _cursor_value(value: Any) -> Any:
+    """A key value as JSON can hold it: datetimes as aware ISO 8601, Decimals as strings."""
     if isinstance(value, datetime):
         return aware(value).isoformat()
     if isinstance(value, Decimal):
@@ -51,7 +52,7 @@ def _plain(value: Any) -> Any:
 
 def encode_cursor(values: tuple | list) -> str:
     """An opaque cursor for the key of the last item of a page."""
-    raw = json.dumps([_plain(v) for v in values], separators=(",", ":")).encode()
+    raw = json.dumps([_cursor_value(v) for v in values], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 

@@ -7,6 +7,8 @@ from datetime import datetime
 
 import typer
 
+from app.core.timeutil import SECONDS_PER_DAY
+
 app = typer.Typer(help="metrics commands", no_args_is_help=True)
 
 WINDOW_HOURS = 24  # hours committed per unit of work
@@ -36,6 +38,7 @@ def ingest(
     from app.core.settings import get_settings
     from app.core.timeutil import hours_between
     from app.metrics.ingest import NO_POLICY, IngestReport, hour_status, ingest_hour_list
+    from app.metrics.models import IngestStatus
     from app.metrics.sources import get_source
 
     first, last = _when(start, "--start"), _when(end, "--end")
@@ -66,9 +69,9 @@ def ingest(
 
     with Session(engine) as session:
         rows = hour_status(session, first, last)
-    ok = sum(1 for h in hours if h in rows and rows[h].status == "ok")
+    ok = sum(1 for h in hours if h in rows and rows[h].status == IngestStatus.OK)
     missing = len(hours) - ok
-    console.print(f"hours: {len(hours)}  ok: {ok}  gaps: {sum(1 for r in rows.values() if r.status == 'gap')}  "
+    console.print(f"hours: {len(hours)}  ok: {ok}  gaps: {sum(1 for r in rows.values() if r.status == IngestStatus.GAP)}  "
                   f"not attempted: {sum(1 for h in hours if h not in rows)}  in {report.duration_s:.1f}s")
     for hour, error in sorted(report.errors.items())[:5]:
         console.print(f"  {hour:%Y-%m-%d %H:%M}: {error}")
@@ -97,7 +100,7 @@ def doctor(
     url: str | None = typer.Option(None, "--url", help="Prometheus-compatible query API (default: CHARGEBACK_PROMETHEUS_URL)"),
     policy_file: str | None = typer.Option(None, "--policy", help="policy YAML to check against (default: the active version)"),
     at: str | None = typer.Option(None, "--at", help="evaluate at this time, ISO 8601 (default: now)"),
-    lookback_s: int = typer.Option(600, "--lookback", min=60, max=86400, help="seconds of samples to read"),
+    lookback_s: int = typer.Option(600, "--lookback", min=60, max=SECONDS_PER_DAY, help="seconds of samples to read"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
     """Preflight a live Prometheus: label style, intervals, duplicates, nodes, namespaces, SLA buckets; exit 1 if it would mis-bill."""

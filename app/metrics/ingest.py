@@ -20,13 +20,14 @@ from sqlalchemy import delete, insert
 from sqlmodel import Session, select
 
 from app.core.errors import AppError
-from app.core.timeutil import HOUR, aware, from_epoch, hours_between, utcnow
+from app.core.timeutil import HOUR, SECONDS_PER_HOUR, aware, from_epoch, hours_between, utcnow
 from app.metrics.attribution import attribute_hour, split_hours
 from app.metrics.models import (
     BreachMinuteRollup,
     BreachShare,
     DataQualityFinding,
     IngestHour,
+    IngestStatus,
     PoolHourModel,
     PoolHourRollup,
     SlaUnresolvedHour,
@@ -38,7 +39,7 @@ from app.policy.service import load_document, version_at
 
 # Backoff for gap retries: 1, 2, 4, ... minutes, at most 6 hours.
 RETRY_BASE_S = 60
-RETRY_MAX_S = 6 * 3600
+RETRY_MAX_S = 6 * SECONDS_PER_HOUR
 # About 60,000 minute-samples per fetch (~4 h of 256 busy GPUs): hours per fetch shrink as the fleet grows,
 # so memory stays flat, and several batches let fetching and attribution overlap.
 SAMPLE_BUDGET = 60_000
@@ -129,7 +130,7 @@ def _ingest(*, session: Session, source: MetricsSource, hours: list[datetime], s
                 break
             _mark_gap(session, hours[i], NO_POLICY, report, now, count_attempt=False)
             if progress:
-                progress(hours[i], "gap")
+                progress(hours[i], IngestStatus.GAP)
             i += 1
         else:
             return None
@@ -156,7 +157,7 @@ def _ingest(*, session: Session, source: MetricsSource, hours: list[datetime], s
                     _mark_gap(session, hour, exc.detail if hour in group else f"not read: {exc.detail}", report, now,
                               count_attempt=hour in group)
                     if progress:
-                        progress(hour, "gap")
+                        progress(hour, IngestStatus.GAP)
                 break
             fetched_s = (time.perf_counter() - fetch_began) / len(group)
             if hours_per_fetch is None:
@@ -167,7 +168,7 @@ def _ingest(*, session: Session, source: MetricsSource, hours: list[datetime], s
                 if hour in batch.gaps:  # the source cannot vouch for this hour (e.g. an exporter outage)
                     _mark_gap(session, from_epoch(hour), batch.gaps[hour], report, now, count_attempt=True)
                     if progress:
-                        progress(from_epoch(hour), "gap")
+                        progress(from_epoch(hour), IngestStatus.GAP)
                     continue
                 write_began = time.perf_counter()
                 rollup = attribute_hour(part, hour=hour, policy=policy, scrape_interval_s=scrape_interval_s)
@@ -176,7 +177,7 @@ def _ingest(*, session: Session, source: MetricsSource, hours: list[datetime], s
                     _mark_ok(session, from_epoch(hour), version_id, fetched_s + time.perf_counter() - write_began, now)
                 report.ok.append(from_epoch(hour))
                 if progress:
-                    progress(from_epoch(hour), "ok")
+                    progress(from_epoch(hour), IngestStatus.OK)
             del batch
     session.flush()
     report.duration_s = time.perf_counter() - began
@@ -239,8 +240,8 @@ def replace_hour(session: Session, rollup: HourRollup, version_id: int) -> None:
 
 
 def _mark_ok(session: Session, hour: datetime, version_id: int, duration_s: float, now: datetime | None) -> None:
-    row = session.get(IngestHour, hour) or IngestHour(hour=hour, status="ok")
-    row.status, row.policy_version_id, row.last_error = "ok", version_id, ""
+    row = session.get(IngestHour, hour) or IngestHour(hour=hour, status=IngestStatus.OK)
+    row.status, row.policy_version_id, row.last_error = IngestStatus.OK, version_id, ""
     row.attempts = (row.attempts or 0) + 1
     row.ingested_at, row.duration_s, row.next_retry_at = now or utcnow(), duration_s, None
     session.add(row)
@@ -251,12 +252,12 @@ def _mark_gap(session: Session, hour: datetime, error: str, report: IngestReport
               *, count_attempt: bool) -> None:
     with session.begin_nested():
         row = session.get(IngestHour, hour)
-        if row is not None and row.status == "ok":
+        if row is not None and row.status == IngestStatus.OK:
             report.kept.append(hour)  # a re-read failed: the hour's earlier rollups stay valid
             report.errors[hour] = error
             return
-        row = row or IngestHour(hour=hour, status="gap")
-        row.status, row.last_error = "gap", error[:2000]
+        row = row or IngestHour(hour=hour, status=IngestStatus.GAP)
+        row.status, row.last_error = IngestStatus.GAP, error[:2000]
         if count_attempt:
             row.attempts = (row.attempts or 0) + 1
         row.next_retry_at = (now or utcnow()) + retry_delay(max(row.attempts, 1))

@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import case, func
 from sqlmodel import Session, col, select
 
-from app.core.timeutil import HOUR, aware
-from app.metrics.models import IngestHour
+from app.core.timeutil import HOUR, SECONDS_PER_HOUR, aware
+from app.metrics.models import IngestHour, IngestStatus
 from app.metrics.quality import FindingsSummary, findings_summary
 
 GAPS_SHOWN = 10
@@ -37,7 +37,7 @@ class IngestionHealth:
 
     @property
     def lag_hours(self) -> float | None:
-        return None if self.lag is None else self.lag.total_seconds() / 3600
+        return None if self.lag is None else self.lag.total_seconds() / SECONDS_PER_HOUR
 
 
 def ingestion_version(session: Session) -> tuple:
@@ -53,20 +53,20 @@ def ingestion_health(*, session: Session, now: datetime, start: datetime | None 
         where.append(IngestHour.hour >= start)
     if end is not None:
         where.append(IngestHour.hour < end)
-    newest_ok = session.exec(select(func.max(IngestHour.hour)).where(IngestHour.status == "ok")).one()
+    newest_ok = session.exec(select(func.max(IngestHour.hour)).where(IngestHour.status == IngestStatus.OK)).one()
     ok, gaps, mean = session.exec(
         select(
-            func.sum(case((IngestHour.status == "ok", 1), else_=0)),
-            func.sum(case((IngestHour.status == "gap", 1), else_=0)),
-            func.avg(case((IngestHour.status == "ok", IngestHour.duration_s), else_=None)),
+            func.sum(case((IngestHour.status == IngestStatus.OK, 1), else_=0)),
+            func.sum(case((IngestHour.status == IngestStatus.GAP, 1), else_=0)),
+            func.avg(case((IngestHour.status == IngestStatus.OK, IngestHour.duration_s), else_=None)),
         ).where(*where)
     ).one()
     last = session.exec(
-        select(IngestHour.duration_s).where(*where, IngestHour.status == "ok")
+        select(IngestHour.duration_s).where(*where, IngestHour.status == IngestStatus.OK)
         .order_by(col(IngestHour.ingested_at).desc().nulls_last()).limit(1)
     ).first()
     newest_gaps = list(session.exec(
-        select(IngestHour).where(*where, IngestHour.status == "gap").order_by(col(IngestHour.hour).desc()).limit(GAPS_SHOWN)
+        select(IngestHour).where(*where, IngestHour.status == IngestStatus.GAP).order_by(col(IngestHour.hour).desc()).limit(GAPS_SHOWN)
     ))
     last_ok = None if newest_ok is None else aware(newest_ok)
     return IngestionHealth(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
+from enum import StrEnum
 
 from sqlalchemy import Column, Numeric, UniqueConstraint
 from sqlmodel import Field, SQLModel
@@ -14,13 +15,18 @@ GPU_SECONDS = Numeric(20, 6)
 KWH = Numeric(20, 9)
 
 
+class IngestStatus(StrEnum):
+    OK = "ok"  # rollups stored
+    GAP = "gap"  # retry pending
+
+
 class IngestHour(SQLModel, table=True):
     """One row per hour the portal has tried: `ok` (rollups stored) or `gap` (retry pending)."""
 
     __tablename__ = "ingest_hour"
 
     hour: datetime = Field(primary_key=True)
-    status: str  # ok | gap
+    status: str  # an IngestStatus
     policy_version_id: int | None = Field(default=None, foreign_key="policy_version.id")
     attempts: int = 0
     last_error: str = ""

@@ -10,7 +10,7 @@ from decimal import Decimal
 from sqlalchemy import func
 from sqlmodel import Session, select
 
-from app.core.timeutil import aware
+from app.core.timeutil import SECONDS_PER_HOUR, aware
 from app.metrics.date_ranges import DateRange, DayOf, days_of
 from app.metrics.models import PoolHourRollup, UsageRollup
 
@@ -58,7 +58,7 @@ def occupancy(*, session: Session, period: DateRange) -> Occupancy:
     if hourly:
         start = aware(period.start_utc)
         buckets = [(start + timedelta(hours=i)).astimezone(period.tz)
-                   for i in range(int((period.end_utc - period.start_utc).total_seconds() // 3600))]
+                   for i in range(int((period.end_utc - period.start_utc).total_seconds() // SECONDS_PER_HOUR))]
     else:
         buckets = days_of(period)
     pools = sorted(capacity)

@@ -36,7 +36,7 @@ from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from app.core.errors import Invalid, Unavailable
-from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S, epoch
+from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S, SECONDS_PER_MINUTE as MINUTE_S, epoch
 from app.metrics import labels as rules
 from app.metrics.counters import hour_increase
 from app.metrics.presence import LOOKBACK_HOURS, presence_plan
@@ -46,7 +46,6 @@ from app.metrics.types import OCCUPANCY_METRICS, GpuEnergy, OccupancySeries, Ser
 from app.policy.document import PolicyDocument
 
 MAX_POINTS = 11_000
-MINUTE_S = 60
 # The labels that identify a unit, its pod (as exported_* behind a ServiceMonitor, else as printed)
 # and the scrape that stored it; absent labels group as "" (both host spellings kept).
 TARGET_LABELS = ("job", "instance", "prometheus", "prometheus_replica", "replica")

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from decimal import Decimal
 
 from app.core.errors import AppError
+from app.core.timeutil import SECONDS_PER_MINUTE as MINUTE_S
 from app.metrics.histograms import boundaries, p99_bucket, parse_le, quantile
 from app.metrics.prometheus_api import PromReader
 from app.metrics.types import ServiceMinutes, SourceBatch
 from app.policy.document import PolicyDocument
 
-MINUTE_S = 60
 P99_WINDOW_MIN = 5  # P99 over the trailing 5 minutes (SPEC section 4)
 MAX_STEPS = 360  # minutes per query: answers stay small (memory flat however many hours a fetch holds)
 

@@ -21,7 +21,7 @@ from app.core.errors import FieldError, Invalid
 from app.core.timeutil import SECONDS_PER_HOUR, aware, floor_hour
 from app.metrics.efficiency import mean_activity
 from app.metrics.date_ranges import MAX_RANGE_DAYS, DateRange, DayOf, day_column, days_of
-from app.metrics.models import IngestHour, PoolHourRollup, UsageRollup
+from app.metrics.models import IngestHour, IngestStatus, PoolHourRollup, UsageRollup
 from app.metrics.visibility import readable
 from app.policy.models import PolicyVersion
 
@@ -119,8 +119,8 @@ def usage_summary(
         "group_by": group_by,
         "rows": rows,
         "hours_expected": int((end - start).total_seconds() // SECONDS_PER_HOUR),
-        "hours_ok": statuses.get("ok", 0),
-        "gap_hours": statuses.get("gap", 0),
+        "hours_ok": statuses.get(IngestStatus.OK, 0),
+        "gap_hours": statuses.get(IngestStatus.GAP, 0),
     }
 
 
@@ -192,7 +192,7 @@ def coverage(*, session: Session, period: DateRange, now: datetime) -> Coverage:
     end = min(period.end_utc, now.replace(minute=0, second=0, microsecond=0))
     hours_done = max(0, int((end - period.start_utc).total_seconds() // SECONDS_PER_HOUR))
     counts = _statuses(session, period.start_utc, period.end_utc)
-    return Coverage(hours=hours_done, ok=counts.get("ok", 0), gaps=counts.get("gap", 0))
+    return Coverage(hours=hours_done, ok=counts.get(IngestStatus.OK, 0), gaps=counts.get(IngestStatus.GAP, 0))
 
 
 # --- usage over time -------------------------------------------------------------------------------------

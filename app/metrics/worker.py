@@ -22,9 +22,9 @@ from sqlmodel import Session, select
 
 from app.core.db import get_engine, is_postgres, unit_of_work
 from app.core.settings import Settings, get_settings
-from app.core.timeutil import HOUR, aware, floor_hour, hours_between, utcnow
+from app.core.timeutil import HOUR, SECONDS_PER_HOUR, aware, floor_hour, hours_between, utcnow
 from app.metrics.ingest import IngestReport, hour_status, ingest_hour_list
-from app.metrics.models import IngestHour
+from app.metrics.models import IngestHour, IngestStatus
 from app.metrics.types import MetricsSource
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def pending_hours(session: Session, *, now: datetime, delay_s: int, backfill_sta
     due = []
     for hour in hours_between(start, end):
         row = rows.get(hour)
-        if row is None or (row.status == "gap" and (row.next_retry_at is None or aware(row.next_retry_at) <= now)):
+        if row is None or (row.status == IngestStatus.GAP and (row.next_retry_at is None or aware(row.next_retry_at) <= now)):
             due.append(hour)
     return due
 
@@ -68,7 +68,7 @@ def claim(session: Session, hours: list[datetime], now: datetime) -> list[dateti
     """Lock the hours this transaction will ingest; return those still pending once locked."""
     if is_postgres(session):
         got = [h for h in hours if session.execute(
-            text("SELECT pg_try_advisory_xact_lock(:c, :k)"), {"c": LOCK_CLASS, "k": int(h.timestamp()) // 3600}
+            text("SELECT pg_try_advisory_xact_lock(:c, :k)"), {"c": LOCK_CLASS, "k": int(h.timestamp()) // SECONDS_PER_HOUR}
         ).scalar()]
     else:
         # Take SQLite's write lock first: a concurrent worker waits here until we commit.
@@ -77,7 +77,7 @@ def claim(session: Session, hours: list[datetime], now: datetime) -> list[dateti
     still = []
     for hour in got:
         row = session.exec(select(IngestHour).where(IngestHour.hour == hour)).first()
-        if row is None or (row.status == "gap" and (row.next_retry_at is None or aware(row.next_retry_at) <= now)):
+        if row is None or (row.status == IngestStatus.GAP and (row.next_retry_at is None or aware(row.next_retry_at) <= now)):
             still.append(hour)
     return still
 

@@ -92,10 +92,10 @@ def _keyer(schema: tuple[str, ...]) -> Callable[[dict], str] | None:
     return next((fn for pattern, fn in _KEYED.items() if _matches(schema, pattern)), None)
 
 
-def _normalize(value: Any, schema: tuple[str, ...] = ()) -> Any:
+def normalize(value: Any, schema: tuple[str, ...] = ()) -> Any:
     """Turn keyed lists into _Keyed maps and set-like lists into _Set, recursively."""
     if isinstance(value, dict):
-        return {k: _normalize(v, (*schema, k)) for k, v in value.items()}
+        return {k: normalize(v, (*schema, k)) for k, v in value.items()}
     if isinstance(value, list):
         if any(_matches(schema, s) for s in _SETS) and all(isinstance(v, str) for v in value):
             if len(set(value)) == len(value):
@@ -108,21 +108,21 @@ def _normalize(value: Any, schema: tuple[str, ...] = ()) -> Any:
                 keys = []
             # Duplicate or missing keys (an invalid document) fall back to comparing the whole list.
             if len(set(keys)) == len(value):
-                return _Keyed((k, _normalize(v, (*schema, "*"))) for k, v in zip(keys, value))
+                return _Keyed((k, normalize(v, (*schema, "*"))) for k, v in zip(keys, value))
         return value
     return value
 
 
-def _plain(value: Any) -> Any:
+def denormalize(value: Any) -> Any:
     """Back from the normalized form to the document's plain dicts and lists."""
     if value is MISSING:
         return None
     if isinstance(value, _Keyed):
-        return [_plain(v) for v in value.values()]
+        return [denormalize(v) for v in value.values()]
     if isinstance(value, _Set):
         return list(value)
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: denormalize(v) for k, v in value.items()}
     return value
 
 
@@ -164,20 +164,20 @@ def _diff(a: Any, b: Any, path: str, out: list[Change]) -> None:
     if isinstance(a, dict) and isinstance(b, dict) and isinstance(a, _Keyed) == isinstance(b, _Keyed):
         for key in a:
             if key not in b:
-                out.append(Change(_child(path, key, a), "remove", _plain(a[key]), None))
+                out.append(Change(_child(path, key, a), "remove", denormalize(a[key]), None))
             else:
                 _diff(a[key], b[key], _child(path, key, a), out)
         for key in b:
             if key not in a:
-                out.append(Change(_child(path, key, b), "add", None, _plain(b[key])))
+                out.append(Change(_child(path, key, b), "add", None, denormalize(b[key])))
         return
-    out.append(Change(path, "change", _plain(a), _plain(b)))
+    out.append(Change(path, "change", denormalize(a), denormalize(b)))
 
 
 def diff(old: dict, new: dict) -> list[Change]:
     """Per-field changes from `old` to `new`; named list items are matched by key."""
     out: list[Change] = []
-    _diff(_normalize(old), _normalize(new), "", out)
+    _diff(normalize(old), normalize(new), "", out)
     return out
 
 
@@ -208,14 +208,14 @@ def _merge(base: Any, ours: Any, theirs: Any, path: str, conflicts: list[Conflic
             if value is not MISSING:
                 merged[key] = value
         return merged
-    conflicts.append(Conflict(path, _plain(base), _plain(ours), _plain(theirs)))
+    conflicts.append(Conflict(path, denormalize(base), denormalize(ours), denormalize(theirs)))
     return ours
 
 
 def three_way_merge(base: dict, ours: dict, theirs: dict) -> MergeResult:
     """Merge two edits of `base`: one-sided changes apply, the same field changed differently conflicts."""
     conflicts: list[Conflict] = []
-    merged = _merge(_normalize(base), _normalize(ours), _normalize(theirs), "", conflicts)
+    merged = _merge(normalize(base), normalize(ours), normalize(theirs), "", conflicts)
     if conflicts:
         return MergeResult(merged=None, conflicts=conflicts)
-    return MergeResult(merged=_plain(merged), conflicts=[])
+    return MergeResult(merged=denormalize(merged), conflicts=[])

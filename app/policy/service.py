@@ -14,6 +14,7 @@ from decimal import Decimal
 
 import yaml
 from pydantic import ValidationError
+from sqlalchemy import func
 from sqlmodel import Session, select
 
 from app.core.audit import record
@@ -98,6 +99,17 @@ def get_version(*, session: Session, number: int) -> PolicyVersion:
     return version
 
 
+def previous_version(*, session: Session, number: int) -> PolicyVersion | None:
+    """The version numbered just below `number`, or None for the first."""
+    stmt = select(PolicyVersion).where(PolicyVersion.id < number).order_by(PolicyVersion.id.desc()).limit(1)
+    return session.exec(stmt).first()
+
+
+def highest_version_number(*, session: Session) -> int | None:
+    """The number of the newest version stored (a cheap change marker), None when there is none."""
+    return session.exec(select(func.max(PolicyVersion.id))).one()
+
+
 def list_versions(*, session: Session) -> list[PolicyVersion]:
     """Every version, oldest first."""
     return list(session.exec(select(PolicyVersion).order_by(PolicyVersion.id)))
@@ -163,6 +175,17 @@ def load_document(version: PolicyVersion) -> PolicyDocument:
 
 class _Dumper(yaml.SafeDumper):
     pass
+
+
+def active_document(*, session: Session, at: datetime | None = None) -> PolicyDocument | None:
+    """The policy in effect now (or at `at`), or None when there is none or it cannot be read."""
+    version = active_version(session=session, at=at)
+    if version is None:
+        return None
+    try:
+        return load_document(version)
+    except ValueError:  # a stored document that no longer parses should not take the pages down
+        return None
 
 
 def _represent_decimal(dumper: yaml.SafeDumper, value: Decimal) -> yaml.Node:

@@ -110,7 +110,7 @@ def _magnitudes(doc: PolicyDocument, report: _Report) -> None:
             report.error(at, f"{value} is too large (limit {MAX_NUMBER:,})")
 
 
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet runs as a formula; the exports neutralise it too
 
 
 def _exported_names(doc: PolicyDocument, report: _Report) -> None:

@@ -218,7 +218,7 @@ def common_paths(doc: PolicyDocument) -> list[str]:
 
 def set_field(*, session: Session, change_id: int, actor: str, path: str, value: str) -> ChangeRequest:
     """The structured edit: set one field of a draft, addressed as the diff shows it, to a YAML value."""
-    from app.policy.diff import _normalize, _plain  # the diff's own addressing: keyed lists by name
+    from app.policy.diff import denormalize, normalize  # the diff's own addressing: keyed lists by name
 
     change = get_change(session=session, change_id=change_id)
     doc, findings = validation(change)
@@ -227,7 +227,7 @@ def set_field(*, session: Session, change_id: int, actor: str, path: str, value:
                       [FieldError("document." + e.path if e.path else "document", e.message) for e in findings])
     parts = parse_path(path)
     new = load_value(value, path="value")  # decimals stay exact, aliases bounded, huge integers refused
-    tree = _normalize(doc.to_data())
+    tree = normalize(doc.to_data())
     node = tree
     for i, part in enumerate(parts[:-1]):
         if not isinstance(node, dict) or part not in node:
@@ -237,7 +237,7 @@ def set_field(*, session: Session, change_id: int, actor: str, path: str, value:
         raise Invalid("no such field", [FieldError("path", f"{path} does not exist")])
     node[parts[-1]] = new  # a new key adds it (a GPU model's price, a node's MIG layout)
     try:
-        edited = PolicyDocument.model_validate(_plain(tree))
+        edited = PolicyDocument.model_validate(denormalize(tree))
     except ValidationError as exc:
         raise Invalid("the value does not fit the field", pydantic_errors(exc)) from None
     return update_change(session=session, change_id=change_id, actor=actor, document=dump_yaml(edited))

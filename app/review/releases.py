@@ -82,6 +82,16 @@ def attached(*, session: Session, release_id: int) -> list[ChangeRequest]:
     return list(session.exec(stmt))
 
 
+def release_of_change(*, session: Session, change_id: int) -> int | None:
+    """The release a change request is attached to, or None."""
+    return session.exec(select(ReleaseChange.release_id).where(ReleaseChange.change_id == change_id)).first()
+
+
+def attached_change_ids(*, session: Session) -> set[int]:
+    """The change requests attached to any release."""
+    return set(session.exec(select(ReleaseChange.change_id)))
+
+
 def _check_fields(name: str | None, service: str | None) -> None:
     errors = storable(name=name, service=service)
     if name is not None and not name.strip():

@@ -12,7 +12,7 @@ from app.core.deps import SessionDep
 from app.core.settings import get_settings
 from app.core.timeutil import epoch, utcnow
 from app.http.templating import render
-from app.web.dashboard_common import active_document
+from app.policy.service import active_document
 
 router = APIRouter(include_in_schema=False)
 
@@ -31,7 +31,7 @@ def doctor_page(request: Request, session: SessionDep, admin: Admin,
     report = None
     if target:
         reader = PromReader(target, timeout_s=get_settings().prometheus_timeout_s)
-        report = doctor.run(reader, at=epoch(utcnow()), policy=active_document(session))
+        report = doctor.run(reader, at=epoch(utcnow()), policy=active_document(session=session))
     order = {"error": 0, "warning": 1, "info": 2}
     findings = sorted(report.findings, key=lambda f: order[f.severity]) if report else []
     return render(request, "admin/doctor.html", {"title": "Doctor", "report": report, "findings": findings})

@@ -12,8 +12,9 @@ from app.core.deps import SessionDep
 from app.http.templating import render
 from app.metrics.attribution import UNPOOLED
 from app.metrics.occupancy_read import occupancy
+from app.policy.service import active_document
 from app.review.impact import capacity_impact
-from app.web.dashboard_common import active_document, range_context, resolve
+from app.web.date_range_picker import range_context, resolve
 
 router = APIRouter(include_in_schema=False)
 # Fleet-wide capacity is not any one tenant's data: tenant members do not see this page (nav hides it too).
@@ -28,7 +29,7 @@ def _level(value) -> int:
 def fleet(request: Request, session: SessionDep, user: Staff, start: date | None = None, end: date | None = None) -> Response:
     rc = resolve(start, end)
     occ = occupancy(session=session, period=rc.period)
-    doc = active_document(session)
+    doc = active_document(session=session)
     pools = []
     if doc is not None:
         for pool in doc.pools:

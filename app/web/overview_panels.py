@@ -9,22 +9,22 @@ from datetime import time as clock
 from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Request
-from sqlalchemy import func
-from sqlmodel import Session, select
+from sqlmodel import Session
 from starlette.responses import Response
 
 from app.auth.deps import CurrentUser, Principal
+from app.billing.fleet_cost import month_cost
 from app.billing.loader import DocumentCache
 from app.billing.period import periods_fingerprint
 from app.core.deps import SessionDep
+from app.http.templating import render
 from app.metrics import usage_read
 from app.metrics.breaches_read import services
 from app.metrics.date_ranges import DateRange
 from app.metrics.ingestion_health import ingestion_health, ingestion_version
-from app.http.templating import render
-from app.policy.models import PolicyVersion
-from app.web.dashboard_common import active_document, chart_json, presets, resolve
-from app.billing.fleet_cost import month_cost
+from app.policy.service import active_document, highest_version_number
+from app.web.charts import chart_json
+from app.web.date_range_picker import presets, resolve
 
 router = APIRouter(include_in_schema=False)
 
@@ -74,7 +74,7 @@ _CACHE: dict[tuple, tuple[float, dict]] = {}
 def data_version(session: Session) -> tuple:
     """A cheap fingerprint of everything the overview aggregates."""
     billing = periods_fingerprint(session=session)
-    policy = session.exec(select(func.max(PolicyVersion.id))).one()
+    policy = highest_version_number(session=session)
     return (*ingestion_version(session), *billing, policy)
 
 
@@ -125,7 +125,7 @@ def health_context(*, session: Session, period: DateRange, now: datetime) -> dic
 
 def sla_context(*, session: Session, user: Principal, today: date, tz: ZoneInfo, now: datetime) -> dict:
     month = DateRange(start=today.replace(day=1), end=today, tz=tz)
-    rows = services(session=session, period=month, doc=active_document(session), tenants=user.visible_tenants())
+    rows = services(session=session, period=month, doc=active_document(session=session), tenants=user.visible_tenants())
     return {"sla_status": rows, "sla_month": f"{today.year:04d}-{today.month:02d}", "now": now, "tz": tz}
 
 

@@ -10,20 +10,19 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from starlette.responses import RedirectResponse, Response
 
-from app.api.policy import BucketsDep, Id, PeaksDep
 from app.auth.deps import Operator, Reviewer, Staff
 from app.core.audit import AuditEntry, readable_entries
-from app.http.pagination import MAX_ID, paginate
+from app.http.pagination import MAX_ID, IdPath as Id, paginate
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid
 from app.core.timeutil import aware
 from app.http.htmx import is_htmx
 from app.http.templating import render
-from app.policy.models import PolicyVersion
 from app.policy.parsing import check_document
-from app.policy.service import active_version, dump_yaml, get_version, latest_version, list_versions, load_document
+from app.policy.service import active_version, dump_yaml, get_version, latest_version, list_versions, load_document, previous_version
 from app.review import changes, impact, releases
-from app.review.models import ChangeState, ReleaseChange, ReleaseState
+from app.review.deps import BucketsDep, PeaksDep
+from app.review.models import ChangeState, ReleaseState
 
 router = APIRouter(prefix="/policy", include_in_schema=False)
 
@@ -89,12 +88,10 @@ def history(request: Request, session: SessionDep, user: Staff) -> Response:
 
 @router.get("/versions/{number}")
 def version_page(number: Id, request: Request, session: SessionDep, user: Staff) -> Response:
-    from sqlmodel import select
-
     from app.policy.diff import diff
 
     version = get_version(session=session, number=number)
-    previous = session.exec(select(PolicyVersion).where(PolicyVersion.id < number).order_by(PolicyVersion.id.desc())).first()
+    previous = previous_version(session=session, number=number)
     changed = diff(load_document(previous).to_data(), load_document(version).to_data()) if previous else []
     files, _ = releases.artifacts_for(session=session, version_id=number)
     context = {"title": f"Policy version {number}", "version": version, "previous": previous, "diff": changed,
@@ -143,9 +140,7 @@ def validate_fragment(request: Request, user: Staff, peaks: PeaksDep, buckets: B
 def change_page(change_id: Id, request: Request, session: SessionDep, user: Staff, peaks: PeaksDep, buckets: BucketsDep,
                 month: str | None = None) -> Response:
     change = changes.get_change(session=session, change_id=change_id)
-    from sqlmodel import select
-
-    link = session.exec(select(ReleaseChange).where(ReleaseChange.change_id == change.id)).first()
+    release_id = releases.release_of_change(session=session, change_id=change.id)
     context = {
         "title": f"Change request #{change.id}",
         "change": change,
@@ -153,7 +148,7 @@ def change_page(change_id: Id, request: Request, session: SessionDep, user: Staf
                                            latency_buckets=buckets),
         "comments": changes.comments(session=session, change_id=change.id),
         "decisions": changes.decisions(session=session, change_id=change.id),
-        "release_id": link.release_id if link else None,
+        "release_id": release_id,
         "user": user,
         "is_author": user.name == change.author,
         "can_review": bool(user.roles & {"admin", "reviewer"}) and user.name != change.author,
@@ -234,10 +229,8 @@ def change_comment(change_id: Id, request: Request, session: SessionDep, user: S
 
 @router.get("/releases")
 def release_board(request: Request, session: SessionDep, user: Staff) -> Response:
-    from sqlmodel import select
-
     everything = releases.list_releases(session=session)
-    taken = set(session.exec(select(ReleaseChange.change_id)))
+    taken = releases.attached_change_ids(session=session)
     free = [c for c in changes.list_changes(session=session, state=ChangeState.APPROVED) if c.id not in taken]
     columns = [(state, [r for r in everything if r.state == state]) for state in tuple(ReleaseState)]
     context = {

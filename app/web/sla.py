@@ -15,7 +15,9 @@ from app.core.errors import NotFound
 from app.http.templating import render
 from app.metrics.breaches_read import breach_minutes, services
 from app.metrics.date_ranges import days_of
-from app.web.dashboard_common import active_document, chart_json, range_context, resolve
+from app.policy.service import active_document
+from app.web.charts import chart_json
+from app.web.date_range_picker import range_context, resolve
 
 router = APIRouter(include_in_schema=False)
 
@@ -32,7 +34,7 @@ def sla_page(
     service: Annotated[str, Query(max_length=200)] = "",
 ) -> Response:
     rc = resolve(start, end)
-    doc = active_document(session)
+    doc = active_document(session=session)
     rows = services(session=session, period=rc.period, doc=doc, tenants=user.visible_tenants())
     months = add_penalties(session=session, period=rc.period, rows=rows)
     names = [r.service for r in rows]

@@ -15,8 +15,10 @@ from app.core.errors import NotFound
 from app.http.htmx import htmx_target
 from app.http.templating import render
 from app.metrics.tenant_usage_read import quota_use, tenant_daily
-from app.web import dashboard_tenants as dt
-from app.web.dashboard_common import active_document, chart_json, range_context, resolve, sparkline
+from app.policy.service import active_document
+from app.web import tenants_table
+from app.web.charts import chart_json, sparkline
+from app.web.date_range_picker import range_context, resolve
 
 router = APIRouter(include_in_schema=False)
 
@@ -36,10 +38,10 @@ def tenant_list(
     q: Annotated[str, Query(max_length=100)] = "",
 ) -> Response:
     rc = resolve(start, end)
-    spend_month = dt.month_of(rc.period.end)
+    spend_month = tenants_table.month_of(rc.period.end)
     spend = month_spend(session=session, month=spend_month, viewer=user)
-    rows = dt.tenant_rows(session=session, period=rc.period, tenants=user.visible_tenants(), spend=spend)
-    shown = dt.sort_rows(rows, key=sort, descending=dir == "desc", needle=q)
+    rows = tenants_table.tenant_rows(session=session, period=rc.period, tenants=user.visible_tenants(), spend=spend)
+    shown = tenants_table.sort_rows(rows, key=sort, descending=dir == "desc", needle=q)
     context = {
         "title": "Tenants",
         "rows": shown,
@@ -71,8 +73,8 @@ def tenant_detail(
     # Same answer for "not yours" and "does not exist": a member learns nothing about other tenants.
     if len(tenant) > 200 or not user.can_see_tenant(tenant):
         raise NotFound(f"No tenant {tenant[:200]!r}")
-    doc = active_document(session)
-    if not dt.tenant_known(session=session, tenant=tenant, doc=doc):
+    doc = active_document(session=session)
+    if not tenants_table.tenant_known(session=session, tenant=tenant, doc=doc):
         raise NotFound(f"No tenant {tenant!r}")
     rc = resolve(start, end)
     days, busy, dark = tenant_daily(session=session, period=rc.period, tenant=tenant)
@@ -87,12 +89,12 @@ def tenant_detail(
         "title": f"Tenant {tenant}",
         "tenant": tenant,
         "tenant_doc": tenant_doc,
-        "busy_total": sum(busy, dt.ZERO),
-        "dark_total": sum(dark, dt.ZERO),
+        "busy_total": sum(busy, tenants_table.ZERO),
+        "dark_total": sum(dark, tenants_table.ZERO),
         "chart_json": chart_json(chart),
         "invoices": invoices,
-        "penalties_paid": sum((i.penalties_paid for i in invoices), dt.ZERO),
-        "credits_received": sum((i.credits_received for i in invoices), dt.ZERO),
+        "penalties_paid": sum((i.penalties_paid for i in invoices), tenants_table.ZERO),
+        "credits_received": sum((i.credits_received for i in invoices), tenants_table.ZERO),
         "quotas": quota_use(session=session, period=rc.period, tenant=tenant, doc=doc),
         **range_context(request, rc),
     }

@@ -41,7 +41,7 @@ def _assert_inert(data: bytes, columns: list[str]) -> None:
     assert rows
     for row in rows:
         for column, cell in zip(columns, row, strict=True):
-            assert not cell.startswith(exports._FORMULA_START) or NUMBER.fullmatch(cell), (column, cell)
+            assert not cell.startswith(exports.FORMULA_START) or NUMBER.fullmatch(cell), (column, cell)
 
 
 @pytest.mark.parametrize("lead", ["=", "+", "-", "@", "\t", "\r"])
@@ -64,7 +64,7 @@ def test_every_text_column_is_neutralised(session, october, lead):
     focus = dict(zip(exports.FOCUS_COLUMNS, _cells(focus_bytes)[0], strict=True))
     for column in ("BillingAccountId", "BillingAccountName", "ChargeDescription", "InvoiceId", "PricingUnit",
                    "ResourceId", "ResourceName", "SubAccountId", "SubAccountName", "x_LineId", "x_Corrects"):
-        assert focus[column][:1] not in exports._FORMULA_START, column
+        assert focus[column][:1] not in exports.FORMULA_START, column
 
 
 def test_numbers_stay_numeric_and_normal_exports_are_unchanged(session, october, monkeypatch):

@@ -7,7 +7,7 @@ from decimal import Decimal as D
 import pytest
 
 from app.billing.rating import CurrencyMismatch, MissingPrice, RatingInputError, rate_period
-from app.billing.types import PLATFORM, LineKind, RatingHour
+from app.billing.types import BALANCE_KINDS, CHARGE_KINDS, PLATFORM, TRANSFER_KINDS, LineKind, RatingHour
 from app.metrics.types import BreachMinute, ModelEnergy, UsageRow
 from app.policy.document import PolicyDocument
 
@@ -113,7 +113,7 @@ def table(result, *, with_quantity: bool = True) -> dict[tuple[str, str, str], t
 
 def pool_total(result, pool: str = POOL) -> D:
     """Charges plus platform balance of one pool: must equal C to the cent."""
-    kinds = LineKind.CHARGES + LineKind.BALANCE
+    kinds = CHARGE_KINDS + BALANCE_KINDS
     return sum((x.amount for x in result.lines if x.pool == pool and x.kind in kinds), D(0))
 
 
@@ -147,7 +147,7 @@ def test_worked_example_every_line_to_the_cent():
         (PLATFORM, LineKind.RESERVED_UNUSED, ""): (D("0.100000"), D("-0.13")),
         (PLATFORM, LineKind.ROUNDING, ""): (D("0.000000"), D("0.00")),
     }
-    platform = sum((x.amount for x in result.lines if x.kind in LineKind.BALANCE), D(0))
+    platform = sum((x.amount for x in result.lines if x.kind in BALANCE_KINDS), D(0))
     assert platform == D("0.39")
     assert pool_total(result) == D("2.60")
     assert result.unattributed == []
@@ -157,7 +157,7 @@ def test_worked_example_line_metadata():
     result = rate(worked_example())
     for line in result.lines:
         assert (line.pool, line.policy_version, line.charge_start, line.charge_end) == (POOL, 1, NOV, NOV + HOUR)
-        assert line.unit == ("breach-minute" if line.kind in LineKind.TRANSFERS else "GPU-hour")
+        assert line.unit == ("breach-minute" if line.kind in TRANSFER_KINDS else "GPU-hour")
     klass = {(x.account, x.kind): x.klass for x in result.lines}
     assert klass[("search", LineKind.RESERVED_FEE)] == "inference"
     assert klass[("vision", LineKind.USAGE_DARK)] == "training"
@@ -225,7 +225,7 @@ def test_unattributed_breach_moves_no_money():
         ("search-chat", POOL, NOV + 300, D("0.50")),
         ("search-chat", POOL, NOV + 360, D("0.50")),
     ]
-    assert not [x for x in result.lines if x.kind in LineKind.TRANSFERS]
+    assert not [x for x in result.lines if x.kind in TRANSFER_KINDS]
 
 
 def test_penalty_split_by_colocated_gpu_seconds():
@@ -245,7 +245,7 @@ def test_penalty_credit_is_minus_the_rounded_penalties():
     for account in ("vision", "etl", PLATFORM):  # the platform pays for unallocated use, penalties included
         assert lines[(account, LineKind.SLA_PENALTY, "search-chat")] == (D("0.333333"), D("0.17"))
     assert lines[("search", LineKind.SLA_CREDIT, "search-chat")] == (D("1"), D("-0.51"))
-    assert sum(x.amount for x in result.lines if x.kind in LineKind.TRANSFERS) == 0
+    assert sum(x.amount for x in result.lines if x.kind in TRANSFER_KINDS) == 0
 
 
 def test_reservation_weights_two_to_one():

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.billing.rating import rate_period
-from app.billing.types import PLATFORM, LineKind, RatingHour, RatingResult
+from app.billing.types import BALANCE_KINDS, CHARGE_KINDS, PLATFORM, TRANSFER_KINDS, LineKind, RatingHour, RatingResult
 from app.metrics.types import BreachMinute, ModelEnergy, UsageRow
 from app.policy.document import PolicyDocument
 
@@ -207,7 +207,7 @@ def round_cents(x: F) -> D:
 def test_conservation_transfers_and_reference(hours):
     result = rate(hours)
     cost, expected = reference(hours)
-    charge_and_balance = LineKind.CHARGES + LineKind.BALANCE
+    charge_and_balance = CHARGE_KINDS + BALANCE_KINDS
 
     assert set(result.cost_by_pool) == set(cost)
     for pool, c in cost.items():
@@ -221,7 +221,7 @@ def test_conservation_transfers_and_reference(hours):
     # transfers net to zero per pool, service and version, and every breach minute is accounted for
     nets: dict[tuple, D] = defaultdict(D)
     for x in result.lines:
-        if x.kind in LineKind.TRANSFERS:
+        if x.kind in TRANSFER_KINDS:
             nets[(x.pool, x.service, x.policy_version)] += x.amount
     assert all(v == 0 for v in nets.values())
     minutes = sum(len(h.breaches) for h in hours if h.gpus)
@@ -231,7 +231,7 @@ def test_conservation_transfers_and_reference(hours):
     # every tenant line is the exact SPEC formula, rounded once
     got: dict[tuple, D] = defaultdict(D)
     for x in result.lines:
-        if x.kind in LineKind.CHARGES or x.kind == LineKind.SLA_PENALTY:
+        if x.kind in CHARGE_KINDS or x.kind == LineKind.SLA_PENALTY:
             got[(x.account, x.pool, x.kind, x.policy_version)] += x.amount
     assert set(got) == set(expected)
     for key, amount in expected.items():
@@ -303,6 +303,6 @@ def test_many_hours_several_pools(data):
     hours = [data.draw(pool_hours(NOV + HOUR * i, p, 7, doc)) for i in range(48) for p in pools]
     result = rate(hours)
     for pool in {h.pool for h in hours if h.gpus}:
-        kinds = LineKind.CHARGES + LineKind.BALANCE
+        kinds = CHARGE_KINDS + BALANCE_KINDS
         assert sum(x.amount for x in result.lines if x.pool == pool and x.kind in kinds) == result.cost_by_pool[pool]
     assert result.lines == sorted(result.lines, key=lambda x: (x.account, x.pool, x.kind, x.klass, x.service, x.policy_version, x.charge_start))

@@ -27,9 +27,9 @@ from app.metrics import labels as rules
 from app.metrics.attribution import attribute_hour
 from app.metrics.prometheus_api import PromReader
 from app.metrics.sources import get_source
-from tests.metrics import dcgm
-from tests.metrics.dcgm import A100, Job, Pod, Unit
-from tests.metrics.policies import mixed_policy
+from tests.support import dcgm
+from tests.support.dcgm import A100, Job, Pod, Unit
+from tests.support.policies import mixed_policy
 from tests.support.prometheus import PrometheusServer
 
 H = 1_764_547_200  # 2025-12-01T00:00Z

@@ -13,7 +13,7 @@ import pytest
 from app.billing.periods import rate
 from app.metrics import usage_read
 from app.metrics.date_ranges import DateRange
-from app.web import dashboard_tenants
+from app.web import tenants_table
 from tests.support.routes import make_user, sign_in
 from tests.support.billing import add_hour, store_policy
 from tests.support import rollups as builders
@@ -48,7 +48,7 @@ async def test_gpu_hours_agree_on_the_api_the_pages_and_the_invoice(client, sess
     assert sum(Decimal(str(d["data"][0])) for d in chart["datasets"]) == INVOICED
 
     period = DateRange(start=date(2026, 10, 1), end=date(2026, 10, 31), tz=UTC)
-    [row] = dashboard_tenants.tenant_rows(session=session, period=period, tenants=None, spend=None)
+    [row] = tenants_table.tenant_rows(session=session, period=period, tenants=None, spend=None)
     assert row.gpu_hours == INVOICED
     tenants_page = await client.get("/tenants?start=2026-10-01&end=2026-10-31")
     assert tenants_page.status_code == 200 and "vision" in tenants_page.text

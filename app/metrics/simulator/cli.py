@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from app.core.timeutil import parse_iso
+from app.core.timeutil import SECONDS_PER_HOUR, parse_iso
 
 app = typer.Typer(help="The deterministic cluster simulator", no_args_is_help=True)
 
@@ -25,7 +25,7 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to bind"),
     typer.echo(f"simulator exporter on http://{bound_host}:{bound_port}/metrics (seed {seed}, {gpus} GPUs)")
     try:
         while True:
-            time.sleep(3600)
+            time.sleep(SECONDS_PER_HOUR)
     except KeyboardInterrupt:
         server.shutdown()
 

@@ -17,7 +17,7 @@ from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
-from app.core.timeutil import epoch
+from app.core.timeutil import SECONDS_PER_DAY, epoch
 from app.metrics.simulator.series import FAMILIES, FAMILY_NAMES, Renderer
 from app.metrics.simulator.workload import SLOTS
 
@@ -28,7 +28,7 @@ BATCH_LINES = 20_000  # lines per write: memory stays flat however long the wind
 
 def _groups(first: int, last: int, step: int):
     """Slot groups (see series.slot_groups) of the instants first, first + step, ..., last, lazily."""
-    for day in range((first - 1) // 86400, (last - 1) // 86400 + 1):
+    for day in range((first - 1) // SECONDS_PER_DAY, (last - 1) // SECONDS_PER_DAY + 1):
         for group in _day_groups(day, step):
             if group[3][-1][0] >= first and group[3][0][0] <= last:
                 yield group if group[3][0][0] >= first and group[3][-1][0] <= last else \

@@ -1,4 +1,4 @@
-"""Read-only per-tenant aggregations for the Tenants pages: usage, trend, spend, invoices, quota vs use."""
+"""The Tenants table: per-tenant rows (usage, trend, spend) over a range, their sorting and filtering, and which tenants exist."""
 
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ from app.metrics.efficiency import mean_activity
 from app.metrics.tenant_usage_read import has_usage
 from app.metrics.usage_read import ZERO, daily_gpu_hours_by_tenant, usage_cells
 from app.policy.document import PolicyDocument
-
-SORT_KEYS = ("tenant", "spend", "gpu_hours", "efficiency", "delta")
 
 
 @dataclass
