@@ -31,8 +31,8 @@ class DemoState:
 
 def prepare(*, settings: Settings, days: int = 30, console: Console | None = None) -> DemoState:
     """Migrate, bootstrap the simulator's policy, ingest the last `days` days, rate their months, create an admin."""
-    from app.metrics.worker import run_worker
     from app.metrics.simulator import Simulator
+    from app.metrics.worker import run_worker
     from app.policy.service import import_version, latest_version
 
     console = console or Console(stderr=True)
@@ -88,8 +88,8 @@ def _ensure_admin(*, engine) -> str | None:
 
 def keep_ingesting(*, settings: Settings, stop: threading.Event) -> threading.Thread:
     """A background worker so that the demo keeps up as the simulated cluster runs on."""
-    from app.metrics.worker import run_worker
     from app.metrics.simulator import Simulator
+    from app.metrics.worker import run_worker
 
     sim = Simulator(seed=settings.simulator_seed, gpus=settings.simulator_gpus,
                     scrape_interval_s=settings.scrape_interval_s or 30)

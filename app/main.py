@@ -19,12 +19,12 @@ from app.http.limits import InputLimitsMiddleware
 from app.web import billing as web_billing
 from app.web import doctor as web_doctor
 from app.web import fleet as web_fleet
-from app.web.navigation import navigation_context
 from app.web import overview as web_overview
 from app.web import overview_panels as web_overview_panels
 from app.web import policy as web_policy
 from app.web import sla as web_sla
 from app.web import tenants as web_tenants
+from app.web.navigation import navigation_context
 
 DESCRIPTION = """Chargeback for a shared GPU cluster: usage, invoices and exports for finance integrations.
 

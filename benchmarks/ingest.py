@@ -74,6 +74,7 @@ def serve(root: Path):
 
 
 def child_ingest(args) -> dict:
+    import httpx
     from sqlmodel import Session, select
 
     from app.core.db import make_engine, unit_of_work
@@ -84,8 +85,6 @@ def child_ingest(args) -> dict:
     from app.metrics.prometheus_source import PrometheusSource
     from app.metrics.simulator import Simulator
     from app.policy.service import import_version
-
-    import httpx
 
     url = args.database_url or f"sqlite:///{Path(args.work) / 'bench.db'}"
     if url.startswith("sqlite"):

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sqlalchemy import create_engine, text  # noqa: E402
+from sqlalchemy import create_engine, text
 
 ADMIN_URL = os.environ.get("CHARGEBACK_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 MODEL = "NVIDIA H100 80GB HBM3"

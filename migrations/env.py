@@ -4,12 +4,12 @@ from alembic import context
 from sqlmodel import SQLModel
 
 # Every table module, so that SQLModel.metadata is complete; here, above the domains, so core imports none.
-import app.auth.models  # noqa: F401
-import app.billing.models  # noqa: F401
-import app.core.audit  # noqa: F401
-import app.http.idempotency  # noqa: F401
-import app.metrics.models  # noqa: F401
-import app.policy.models  # noqa: F401
+import app.auth.models
+import app.billing.models
+import app.core.audit
+import app.http.idempotency
+import app.metrics.models
+import app.policy.models
 import app.review.models  # noqa: F401
 from app.core.db import make_engine
 from app.core.settings import get_settings

@@ -27,7 +27,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,7 +97,7 @@ def main() -> None:
     parser.add_argument("--mask-times", action="store_true", help="replace today's timestamps by <now>")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    today = datetime.now(UTC).strftime("%Y-%m-%d")
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "CHARGEBACK_DATABASE_URL": f"sqlite:///{tmp}/answers.db",
                "CHARGEBACK_SECRET_KEY": "answers-" + "0" * 40, "CHARGEBACK_PROMETHEUS_URL": ""}

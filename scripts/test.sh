@@ -56,6 +56,9 @@ fi
 
 # Playwright's sync API runs its own event loop in the test process, which the async route tests
 # cannot share: the browser tests get a pytest process of their own.
+log "ruff (lint: configured in pyproject.toml)"
+.venv/bin/ruff check app tests benchmarks scripts migrations
+
 log "pytest: everything but the browser (PostgreSQL: $CHARGEBACK_TEST_PG_URL)"
 run_pytest() {
   local rc=0

@@ -10,7 +10,11 @@ from sqlmodel import Session
 
 from app.core.db import make_engine
 from tests.support.databases import (
-    BACKENDS, drop_postgres_database, migrated, new_postgres_database, new_sqlite_database,
+    BACKENDS,
+    drop_postgres_database,
+    migrated,
+    new_postgres_database,
+    new_sqlite_database,
 )
 from tests.support.markers import MARKING_FIXTURES
 

@@ -19,7 +19,14 @@ from app.core.errors import FieldError, Invalid
 from app.http.pagination import IdPath
 from app.policy.models import PolicyVersion
 from app.policy.parsing import check_document
-from app.policy.service import active_version, get_version, latest_version, list_versions, load_document, previous_version
+from app.policy.service import (
+    active_version,
+    get_version,
+    latest_version,
+    list_versions,
+    load_document,
+    previous_version,
+)
 from app.review import changes, releases
 from app.review.deps import BucketsDep, PeaksDep
 

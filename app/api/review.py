@@ -14,13 +14,21 @@ from pydantic import Field
 from starlette.responses import Response
 
 from app.api.policy import Body, Id, version_out
-from app.api.schemas.review import ChangeDetail, ChangePublic, CommentPublic, Preview, Rebase, ReleasePublic, ReleaseVersion
+from app.api.schemas.review import (
+    ChangeDetail,
+    ChangePublic,
+    CommentPublic,
+    Preview,
+    Rebase,
+    ReleasePublic,
+    ReleaseVersion,
+)
 from app.auth.deps import IdempotencyDep, Operator, Reviewer, Staff
 from app.core.deps import SessionDep
 from app.http.pagination import MAX_ID
 from app.http.responses import json_response
-from app.review.deps import BucketsDep, PeaksDep
 from app.review import changes, impact, releases
+from app.review.deps import BucketsDep, PeaksDep
 from app.review.models import ChangeRequest, Release
 
 router = APIRouter(prefix="/policy", tags=["policy"])

@@ -14,8 +14,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 
 from app.auth import passwords, tokens
-from app.auth.principal import Principal
 from app.auth.models import ROLES, ApiToken, AuthSession, LoginAttempt, User, UserTenant
+from app.auth.principal import Principal
 from app.auth.sessions import SESSION_LIFETIME, new_session_id
 from app.core import audit
 from app.core.errors import Conflict, FieldError, Invalid, NotFound

@@ -64,7 +64,7 @@ def fleet_cost(*, session: Session, month: str, start: datetime, end: datetime, 
     sheets: dict[int, PriceSheet] = {}
     priced = []
     currency = DEFAULT_CURRENCY
-    for (hour, pool, version_id), models in sorted(hours.items()):
+    for (_hour, pool, version_id), models in sorted(hours.items()):
         try:
             doc = docs.get(version_id)
         except (ValueError, NotFound):  # an unreadable version: rating reports it; nothing to sign here

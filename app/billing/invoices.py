@@ -13,7 +13,6 @@ from decimal import Decimal
 from sqlalchemy import select
 from sqlmodel import Session
 
-from app.metrics.efficiency import issued_hour_weighted, mean_activity
 from app.billing.models import (
     BillingPeriod,
     ChargeLineRecord,
@@ -27,6 +26,7 @@ from app.billing.totals import BILLED_KINDS, NOT_TENANTS, account_totals, depart
 from app.billing.types import BALANCE_KINDS, PLATFORM, QUANTITY, TRANSFER_KINDS, LineKind
 from app.core.errors import NotFound
 from app.core.timeutil import SECONDS_PER_HOUR
+from app.metrics.efficiency import issued_hour_weighted, mean_activity
 from app.metrics.quality import FindingsSummary, findings_summary
 
 ZERO = Decimal(0)

@@ -7,8 +7,8 @@ nothing in this module's tables changes for that period (corrections land in a l
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 from decimal import Decimal
+from enum import StrEnum
 
 from sqlalchemy import BigInteger, Column, Numeric, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel

@@ -27,7 +27,16 @@ from decimal import ROUND_HALF_EVEN, Context, Decimal, Inexact, InvalidOperation
 from app.billing.pricing import MissingPrice, PriceSheet, cents
 from app.billing.rating_sums import Credit, LineSums, PoolCost, TenantUse, UnpooledSums, UsageSums
 from app.billing.types import (
-    PLATFORM, QUANTITY, ChargeLine, LineKind, RatingHour, RatingResult, TenantUsage, UnattributedBreach, Unpooled, UnpooledUse,
+    PLATFORM,
+    QUANTITY,
+    ChargeLine,
+    LineKind,
+    RatingHour,
+    RatingResult,
+    TenantUsage,
+    UnattributedBreach,
+    Unpooled,
+    UnpooledUse,
 )
 from app.core.errors import FieldError, Invalid
 from app.core.timeutil import SECONDS_PER_HOUR

@@ -60,7 +60,7 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _no_default_secret_in_production(self) -> "Settings":
+    def _no_default_secret_in_production(self) -> Settings:
         if self.environment != "development" and is_placeholder_secret(self.secret_key):
             raise ValueError("CHARGEBACK_SECRET_KEY must be set to a random value outside development "
                              "(the development default and sample placeholders are refused)")

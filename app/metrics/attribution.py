@@ -15,7 +15,8 @@ from collections import defaultdict
 from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 
-from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S, SECONDS_PER_MINUTE as MINUTE_S
+from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S
+from app.core.timeutil import SECONDS_PER_MINUTE as MINUTE_S
 from app.metrics.histograms import BREACH, CLEAR, UNRESOLVED, verdict
 from app.metrics.timeslicing import split_time_sliced
 from app.metrics.types import (

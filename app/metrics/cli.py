@@ -31,7 +31,14 @@ def ingest(
 ) -> None:
     """Ingest whole hours [START, END) into rollups; exit code 2 when gaps remain."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
     from sqlmodel import Session
 
     from app.core.db import get_engine, unit_of_work

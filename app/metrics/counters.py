@@ -9,6 +9,7 @@ restarted from zero, so the new value is all increase), and nothing is extrapola
 
 from __future__ import annotations
 
+
 def hour_increase(*, before: float | None, lowest: float, highest: float, last: float, resets: int) -> float | None:
     """A counter's increase over one hour from its hourly extremes (`increase` without extrapolation).
 

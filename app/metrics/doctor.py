@@ -21,7 +21,13 @@ from app.core.errors import AppError
 from app.core.settings import get_settings
 from app.metrics import histograms
 from app.metrics.labels import (
-    ExporterIdentity, dedup_key, host_of, label_style, suspected_exporter_pods, target_pods, workload_of,
+    ExporterIdentity,
+    dedup_key,
+    host_of,
+    label_style,
+    suspected_exporter_pods,
+    target_pods,
+    workload_of,
 )
 from app.metrics.prometheus_api import PromReader
 from app.policy import red_lines

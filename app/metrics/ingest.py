@@ -55,7 +55,7 @@ class IngestReport:
     errors: dict[datetime, str] = field(default_factory=dict)
     duration_s: float = 0.0
 
-    def merge(self, other: "IngestReport") -> None:
+    def merge(self, other: IngestReport) -> None:
         self.ok += other.ok
         self.gaps += other.gaps
         self.kept += other.kept

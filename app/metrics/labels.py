@@ -55,7 +55,7 @@ class ExporterIdentity:
     pod_regex: str = DEFAULT_POD_REGEX
 
     @classmethod
-    def from_settings(cls, settings: object) -> "ExporterIdentity":
+    def from_settings(cls, settings: object) -> ExporterIdentity:
         """Identity from `exporter_containers`/`exporter_jobs`/`exporter_pod_regex` settings (comma lists)."""
         def listed(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
             value = getattr(settings, name, None)

@@ -36,7 +36,9 @@ from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from app.core.errors import Invalid, Unavailable
-from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S, SECONDS_PER_MINUTE as MINUTE_S, epoch
+from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S
+from app.core.timeutil import SECONDS_PER_MINUTE as MINUTE_S
+from app.core.timeutil import epoch
 from app.metrics import labels as rules
 from app.metrics.counters import hour_increase
 from app.metrics.presence import LOOKBACK_HOURS, presence_plan

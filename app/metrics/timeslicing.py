@@ -17,7 +17,6 @@ from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S
 from app.metrics.types import OccupancySeries
 
 
-
 def split_time_sliced(series: list[tuple[OccupancySeries, dict[int, int]]], holders: dict[int, dict[tuple, float]], *,
                       dark: set[int], weight_of: Callable[[OccupancySeries], tuple[Fraction, Fraction]],
                       classify: Callable[[str], tuple[str, str]],

@@ -19,8 +19,8 @@ from sqlmodel import Session
 
 from app.core.errors import FieldError, Invalid
 from app.core.timeutil import SECONDS_PER_HOUR, aware, floor_hour
-from app.metrics.efficiency import mean_activity
 from app.metrics.date_ranges import MAX_RANGE_DAYS, DateRange, DayOf, day_column, days_of
+from app.metrics.efficiency import mean_activity
 from app.metrics.models import IngestHour, IngestStatus, PoolHourRollup, UsageRollup
 from app.metrics.visibility import readable
 from app.policy.models import PolicyVersion

@@ -41,8 +41,8 @@ def import_(
     """Store FILE as a new immutable policy version and print its number."""
     from app.core.db import unit_of_work
     from app.core.timeutil import parse_iso
-    from app.policy.service import import_version
     from app.policy.parsing import parse_document
+    from app.policy.service import import_version
 
     when = None
     if effective_from:

@@ -22,8 +22,8 @@ from app.core.errors import Conflict, Invalid, NotFound
 from app.core.timeutil import aware, floor_hour, utcnow
 from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
-from app.policy.validation import validate
 from app.policy.parsing import pydantic_errors
+from app.policy.validation import validate
 
 
 def canonical_json(doc: PolicyDocument) -> str:

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from app.core.errors import FieldError
 from app.policy import gpus
-from app.policy.document import UNALLOCATED, UNPOOLED, Pool, PolicyDocument
+from app.policy.document import UNALLOCATED, UNPOOLED, PolicyDocument, Pool
 from app.policy.red_lines import red_line_finding
 
 RANK = {"inference": 2, "training": 1, "preprocessing": 0}

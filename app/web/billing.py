@@ -13,8 +13,8 @@ from starlette.responses import RedirectResponse, Response
 from app.auth.deps import CurrentUser, Finance, Principal
 from app.billing import exports, periods
 from app.billing.invoices import invoice_summaries, load_view, platform_statement, tenant_invoice
-from app.billing.period import get_period, parse_period, rated_period, require_started
 from app.billing.models import PeriodStatus
+from app.billing.period import get_period, parse_period, rated_period, require_started
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
 from app.http.htmx import is_htmx

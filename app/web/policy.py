@@ -12,14 +12,23 @@ from starlette.responses import RedirectResponse, Response
 
 from app.auth.deps import Operator, Reviewer, Staff
 from app.core.audit import AuditEntry, readable_entries
-from app.http.pagination import MAX_ID, IdPath as Id, paginate
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid
 from app.core.timeutil import aware
 from app.http.htmx import is_htmx
+from app.http.pagination import MAX_ID, paginate
+from app.http.pagination import IdPath as Id
 from app.http.templating import render
 from app.policy.parsing import check_document
-from app.policy.service import active_version, dump_yaml, get_version, latest_version, list_versions, load_document, previous_version
+from app.policy.service import (
+    active_version,
+    dump_yaml,
+    get_version,
+    latest_version,
+    list_versions,
+    load_document,
+    previous_version,
+)
 from app.review import changes, impact, releases
 from app.review.deps import BucketsDep, PeaksDep
 from app.review.models import ChangeState, ReleaseState

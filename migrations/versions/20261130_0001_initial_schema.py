@@ -5,10 +5,9 @@ Revises:
 Create Date: 2026-11-30 08:44:59.714067
 """
 
-from alembic import op
 import sqlalchemy as sa
 import sqlmodel
-
+from alembic import op
 
 revision = '0001'
 down_revision = None

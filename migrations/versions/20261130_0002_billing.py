@@ -5,10 +5,9 @@ Revises: 0001
 Create Date: 2026-11-30 08:49:44.620666
 """
 
-from alembic import op
 import sqlalchemy as sa
 import sqlmodel
-
+from alembic import op
 
 revision = '0002'
 down_revision = '0001'

@@ -5,10 +5,9 @@ Revises: 0003
 Create Date: 2026-11-30 09:00:00
 """
 
-from alembic import op
 import sqlalchemy as sa
 import sqlmodel
-
+from alembic import op
 
 revision = '0004'
 down_revision = '0003'

@@ -5,10 +5,9 @@ Revises: 0004
 Create Date: 2026-12-01 00:00:00
 """
 
-from alembic import op
 import sqlalchemy as sa
 import sqlmodel
-
+from alembic import op
 
 revision = '0007'
 down_revision = '0006'

@@ -9,8 +9,8 @@ import pytest
 
 from app.auth import service
 from app.billing import periods
-from tests.support.routes import bearer, make_user
 from tests.support.billing import fill_month, store_policy
+from tests.support.routes import bearer, make_user
 
 pytestmark = pytest.mark.anyio
 INVOICES = "/api/v1/periods/2026-10/invoices"

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from app.core.audit import AuditEntry, record
-from tests.support.routes import bearer
 from tests.support.billing import store_policy
+from tests.support.routes import bearer
 
 pytestmark = pytest.mark.anyio
 

@@ -11,8 +11,8 @@ import pytest
 from app.auth import service
 from app.core.errors import Invalid
 from app.http.pagination import decode_cursor, encode_cursor
-from tests.support.routes import make_user, sign_in
 from tests.support.review import draft, seed
+from tests.support.routes import make_user, sign_in
 
 pytestmark = pytest.mark.anyio
 

@@ -24,9 +24,9 @@ from app.billing import periods
 from app.core.timeutil import floor_hour, utcnow
 from app.policy.parsing import parse_document
 from app.policy.service import import_version
-from tests.support.routes import make_user
 from tests.support.billing import add_hour, fill_month, store_policy
 from tests.support.review import edited, set_p99, set_price
+from tests.support.routes import make_user
 
 pytestmark = pytest.mark.anyio
 API = "/api/v1"

@@ -16,8 +16,8 @@ from app.auth.models import ApiToken
 from app.core.audit import readable_entries
 from app.core.db import make_engine
 from app.core.settings import DEV_SECRET, Settings
-from tests.support.routes import make_user, sign_in
 from tests.support.billing import add_hour, store_policy
+from tests.support.routes import make_user, sign_in
 
 PASSWORD = "a correct and long password"
 

@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 import pytest
 
 from app.billing import periods
-from tests.support.routes import app_routes, make_user, sign_in
 from tests.support.billing import add_hour, store_policy
+from tests.support.routes import app_routes, make_user, sign_in
 
 pytestmark = pytest.mark.anyio
 OWN, FOREIGN = "search", ("vision", "etl")

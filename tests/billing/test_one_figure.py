@@ -17,15 +17,14 @@ import pytest
 from sqlalchemy import update
 
 from app.billing import exports
-from app.billing.loader import DocumentCache
+from app.billing.fleet_cost import month_cost
+from app.billing.loader import DocumentCache, load_hours
 from app.billing.period import rated_period
 from app.billing.rating import rate_period
-from app.billing.loader import load_hours
 from app.billing.totals import account_totals
 from app.metrics.models import UsageRollup
-from app.billing.fleet_cost import month_cost
-from tests.support.routes import make_user, sign_in
 from tests.support.billing import EXAMPLE_USAGE, add_hour, store_policy
+from tests.support.routes import make_user, sign_in
 
 pytestmark = pytest.mark.anyio
 
@@ -126,7 +125,7 @@ async def test_tenant_month_total_and_department_rollup_everywhere(finance, sess
         detail = (await finance.get(f"/tenants/{tenant}?start=2026-10-01&end=2026-10-31")).text
         assert f"<strong>{money(total)}</strong>" in detail
         assert money(total) in pdf
-    for department, total in departments.items():
+    for total in departments.values():
         assert f"<td>{money(total)}</td>" in period_page
 
 

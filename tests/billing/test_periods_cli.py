@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime
 
-from app.core.db import unit_of_work
 from app.billing import periods
-from tests.support.billing import add_hour, run_cli as run, store_policy
+from app.core.db import unit_of_work
+from tests.support.billing import add_hour, store_policy
+from tests.support.billing import run_cli as run
 
 
 def test_cli_rate_close_export(fresh_engine, tmp_path):

@@ -97,7 +97,7 @@ def test_a_period_without_unpooled_gpus_closes_as_before(session):
     assert platform_statement(load_view(session=session, period=row))["unpooled"]["usage"] == []
 
 
-def test_api_and_page_close_with_accept_unpooled(api, fresh_engine):  # noqa: F811
+def test_api_and_page_close_with_accept_unpooled(api, fresh_engine):
     with unit_of_work(fresh_engine) as s:
         v = store_policy(s)
         fill_month(s, "2026-10", v.id)
@@ -123,7 +123,7 @@ def test_api_and_page_close_with_accept_unpooled(api, fresh_engine):  # noqa: F8
 
 def test_examples_policy_rates_the_built_in_simulator(session):
     """examples/policy.yaml names only the A100 nodes: the simulator's H100 and RTX 4090 nodes go unpooled."""
-    v = store_policy(session, parse_document(EXAMPLE.read_text()))
+    store_policy(session, parse_document(EXAMPLE.read_text()))
     sim = Simulator(gpus=32)
     start = OCT1
     report = ingest_hours(session=session, source=sim.source(), start=start, end=start + timedelta(hours=2),

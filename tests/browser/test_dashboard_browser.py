@@ -12,8 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from app.core.timeutil import floor_hour, utcnow
-from tests.support.browser import SHOTS
-from tests.support.browser import submit
+from tests.support.browser import SHOTS, submit
 
 pytestmark = pytest.mark.browser
 

@@ -19,9 +19,9 @@ from app.core.audit import AuditEntry
 from app.core.db import unit_of_work
 from app.main import create_app
 from app.policy.models import PolicyVersion
-from tests.support.routes import page_csrf
 from tests.support.billing import add_hour, store_policy
 from tests.support.review import approved, edited, seed, set_quota
+from tests.support.routes import page_csrf
 
 BASE = "http://portal.test"
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)

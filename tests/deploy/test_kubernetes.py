@@ -15,8 +15,7 @@ import yaml
 
 from app.policy.parsing import parse_document
 from app.policy.render import render_bundle
-from tests.support.deploy import check_command, check_settings
-from tests.support.deploy import ROOT
+from tests.support.deploy import ROOT, check_command, check_settings
 
 pytestmark = pytest.mark.deploy
 

@@ -16,8 +16,8 @@ from sqlalchemy import text
 from app.core.db import make_engine
 from app.core.migrate import alembic_config
 from app.metrics.simulator import Simulator
-from tests.support.deploy import ROOT
 from tests.support.databases import drop_postgres_database, new_postgres_database
+from tests.support.deploy import ROOT
 from tests.support.prometheus import PrometheusServer
 from tests.support.server import running_portal
 

@@ -16,7 +16,15 @@ from app.metrics import doctor
 from app.metrics.prometheus_api import PromReader
 from tests.support.billing import policy_doc
 from tests.support.doctor import (
-    A100, H100, RTX4090, Unit, dcgm_exposition, scrape_job, scraping, serving, vllm_exposition,
+    A100,
+    H100,
+    RTX4090,
+    Unit,
+    dcgm_exposition,
+    scrape_job,
+    scraping,
+    serving,
+    vllm_exposition,
 )
 
 CLI = Path(sys.executable).with_name("chargeback")
@@ -229,7 +237,7 @@ def test_an_unreachable_url_is_a_finding(tmp_path):
     assert [f.code for f in report.findings] == ["could-not-read"] and "did not answer" in report.findings[0].detail
 
 
-def test_admin_page_shows_the_report_and_only_to_admins(api, fresh_engine, tmp_path):  # noqa: F811
+def test_admin_page_shows_the_report_and_only_to_admins(api, fresh_engine, tmp_path):
     from app.auth.deps import Principal
     from app.core.db import unit_of_work
     from app.web.doctor import doctor_target

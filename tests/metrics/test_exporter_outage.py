@@ -14,8 +14,8 @@ from app.metrics.models import PoolHourModel, UsageRollup
 from app.metrics.prometheus_source import PrometheusSource
 from tests.support.ingest import HOUR, add_policy, status
 from tests.support.policies import A100, mixed_policy
-from tests.support.scenario import H
 from tests.support.prometheus import PrometheusServer, openmetrics
+from tests.support.scenario import H
 from tests.support.victoria import VictoriaMetricsServer
 
 STEP = 30

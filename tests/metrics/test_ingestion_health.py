@@ -9,8 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.core.settings import get_settings
 from app.core.timeutil import utcnow
 from app.metrics.ingestion_health import ingestion_health
-from tests.support.routes import make_user, sign_in
 from tests.support import rollups as builders
+from tests.support.routes import make_user, sign_in
 
 pytestmark = pytest.mark.anyio
 

@@ -14,9 +14,9 @@ from app.core.timeutil import from_epoch
 from app.metrics.ingest import ingest_hours, retry_delay
 from app.metrics.prometheus_source import PrometheusSource
 from tests.support import scenario
+from tests.support.fake_http import FakeUpstream, elapsed
 from tests.support.ingest import HOUR, status
 from tests.support.policies import mixed_policy
-from tests.support.fake_http import FakeUpstream, elapsed
 
 H = scenario.H
 

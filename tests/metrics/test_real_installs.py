@@ -22,8 +22,8 @@ from app.metrics.ingest import ingest_hours
 from app.metrics.models import DataQualityFinding
 from app.metrics.prometheus_source import PrometheusSource, infer_intervals
 from tests.support import dcgm
-from tests.support.ingest import add_policy, snapshot
 from tests.support.dcgm import A100, RTX4090, Job, Pod, Unit
+from tests.support.ingest import add_policy, snapshot
 from tests.support.policies import mixed_policy
 from tests.support.prometheus import PrometheusServer
 

@@ -14,9 +14,9 @@ from app.billing.periods import rate
 from app.metrics import usage_read
 from app.metrics.date_ranges import DateRange
 from app.web import tenants_table
-from tests.support.routes import make_user, sign_in
-from tests.support.billing import add_hour, store_policy
 from tests.support import rollups as builders
+from tests.support.billing import add_hour, store_policy
+from tests.support.routes import make_user, sign_in
 
 pytestmark = pytest.mark.anyio
 

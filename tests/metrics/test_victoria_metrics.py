@@ -14,8 +14,8 @@ from app.metrics.ingest import ingest_hours
 from app.metrics.prometheus_source import PrometheusSource
 from app.metrics.simulator import Simulator
 from tests.support.ingest import add_policy, snapshot
-from tests.support.simulator import DAY
 from tests.support.prometheus import PrometheusServer
+from tests.support.simulator import DAY
 from tests.support.victoria import VictoriaMetricsServer
 
 pytestmark = pytest.mark.prometheus

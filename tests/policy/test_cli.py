@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from decimal import Decimal
 from collections.abc import Iterator
+from decimal import Decimal
 
 import pytest
 import yaml

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.core.errors import Invalid
-from app.policy.service import document_sha256, dump_yaml
 from app.policy.parsing import check_document, parse_document
+from app.policy.service import document_sha256, dump_yaml
 from tests.support.policy_docs import laughs
 
 

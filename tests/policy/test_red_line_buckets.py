@@ -24,7 +24,7 @@ def with_red_line(p99_ms: str):
     return policy.model_copy(update={"sla": [policy.sla[0].model_copy(update={"p99_ms": Decimal(p99_ms)})]})
 
 
-def test_validation_reads_the_buckets_from_prometheus(scenario_prometheus):  # noqa: F811
+def test_validation_reads_the_buckets_from_prometheus(scenario_prometheus):
     lookup = bucket_lookup(scenario_prometheus.url, at=scenario.H + 3600)
     assert lookup(SEARCH) == VLLM  # vLLM's real boundaries, as the scenario's exporter has them
     assert lookup('nothing_bucket{job="x"}') is None

@@ -140,8 +140,8 @@ def test_no_op_change_cannot_be_submitted(session):
 
 def _advance(session, v1, edit):
     """Another request, approved and applied as a new version: v1 is no longer current."""
-    from app.policy.service import import_version
     from app.policy.parsing import parse_document
+    from app.policy.service import import_version
 
     other = parse_document(edited(v1, edit))
     return import_version(session=session, document=other, actor="ops", source="change",

@@ -8,8 +8,8 @@ import pytest
 
 from app.policy.validation import validate
 from app.review import impact
-from tests.support.review import example_document
 from tests.support.prometheus import PrometheusServer, openmetrics
+from tests.support.review import example_document
 
 NOW = datetime(2026, 11, 30, 0, tzinfo=UTC)
 T0 = NOW.timestamp() - 2 * 86400

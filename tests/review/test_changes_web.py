@@ -13,8 +13,8 @@ from app.core.db import unit_of_work
 from app.core.timeutil import floor_hour, utcnow
 from app.policy.models import PolicyVersion
 from app.review.models import ChangeRequest, ChangeState, Release, ReleaseState
-from tests.support.routes import asgi_client, make_user, page_csrf, sign_in
 from tests.support.review import edited, set_quota
+from tests.support.routes import asgi_client, make_user, page_csrf, sign_in
 
 pytestmark = pytest.mark.anyio
 SOON = (floor_hour(utcnow()) + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M")
@@ -71,14 +71,14 @@ async def test_editor_validates_as_you_type_and_review_enforces_four_eyes(browse
     assert "quotas[vision/mixed-a100].guaranteed_gpus" in detail.text and "Capacity impact" in detail.text
     assert (await post(ada, f"{url}/submit", ada_csrf)).status_code == 303
     # The author, an admin, gets no approve button and is refused when she posts anyway.
-    assert 'action="/policy/changes/%d/approve"' % change_id not in (await ada.get(url)).text
+    assert f'action="/policy/changes/{change_id}/approve"' not in (await ada.get(url)).text
     for verb in ("approve", "reject"):
         refused = await post(ada, f"{url}/{verb}", ada_csrf)
         assert refused.status_code == 403 and "another reviewer" in refused.text
     assert row(fresh_engine, ChangeRequest, change_id).state == ChangeState.SUBMITTED
     # Editing a submitted request: 409.
     assert (await post(ada, url, ada_csrf, title="x", justification="y", document="z")).status_code == 409
-    assert 'action="/policy/changes/%d/approve"' % change_id in (await rita.get(url)).text
+    assert f'action="/policy/changes/{change_id}/approve"' in (await rita.get(url)).text
     assert (await post(rita, f"{url}/approve", rita_csrf, comment="fine")).status_code == 303
     assert row(fresh_engine, ChangeRequest, change_id).state == ChangeState.APPROVED
     assert (await post(rita, f"{url}/comments", rita_csrf, body="ship it")).status_code == 303
@@ -121,8 +121,8 @@ async def test_releases_board_gate(browser, v1, fresh_engine):
 
 
 async def test_broken_draft_page_and_rebase_conflicts_page(browser, v1, fresh_engine):
-    from app.policy.service import import_version
     from app.policy.parsing import parse_document
+    from app.policy.service import import_version
     from tests.support.review import set_p99
 
     olga, csrf = await browser("olga", "operator")

@@ -6,15 +6,14 @@ import io
 import zipfile
 from datetime import timedelta
 
-
 import pytest
 
 from app.auth import service
 from app.core.db import unit_of_work
 from app.core.timeutil import floor_hour, utcnow
 from app.review.models import ChangeState
-from tests.support.routes import make_user
 from tests.support.review import edited, set_p99, set_quota
+from tests.support.routes import make_user
 
 pytestmark = pytest.mark.anyio
 API = "/api/v1/policy"
@@ -155,8 +154,8 @@ async def test_release_gate_artifacts_rollback_and_audit(client, auth, v1):
 
 
 async def test_rebase_via_api(client, auth, v1, fresh_engine):
-    from app.policy.service import import_version
     from app.policy.parsing import parse_document
+    from app.policy.service import import_version
 
     clean = await submitted(client, auth, v1)
     conflicting = await submitted(client, auth, v1, edit=set_p99(200))

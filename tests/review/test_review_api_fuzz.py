@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from tests.support.review import VALIDATE_URL as URL
 from tests.support.review import client_for, example_document
 
-
 values = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(min_value=-(10**30), max_value=10**30),
               st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30),

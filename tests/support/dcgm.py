@@ -113,14 +113,14 @@ def _serve(texts: dict[str, str]) -> Iterator[dict[str, str]]:
         class Handler(BaseHTTPRequestHandler):
             payload = body
 
-            def do_GET(self) -> None:  # noqa: N802 - the http.server hook name
+            def do_GET(self) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
                 self.send_header("Content-Length", str(len(self.payload)))
                 self.end_headers()
                 self.wfile.write(self.payload)
 
-            def log_message(self, format: str, *args) -> None:  # noqa: A002
+            def log_message(self, format: str, *args) -> None:
                 pass
 
         server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

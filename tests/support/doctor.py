@@ -107,7 +107,7 @@ def vllm_exposition(model: str = "meta-llama/Llama-3.1-8B-Instruct") -> str:
 class _Handler(BaseHTTPRequestHandler):
     pages: dict[str, str] = {}
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         body = self.pages.get(self.path.split("?")[0])
         if body is None:
             self.send_error(404)

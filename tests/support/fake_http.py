@@ -21,7 +21,7 @@ class FakeUpstream:
         upstream = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            def do_GET(self) -> None:
                 upstream.requests.append(self.path)
                 if upstream.drip:
                     self.send_response(200)
@@ -52,7 +52,7 @@ class FakeUpstream:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "FakeUpstream":
+    def __enter__(self) -> FakeUpstream:
         self._thread.start()
         return self
 

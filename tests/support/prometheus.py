@@ -90,14 +90,14 @@ class PrometheusServer:
         self.log = self.root / "prometheus.log"
 
     @classmethod
-    def backfilled(cls, root: Path, text: str | Path, **kwargs) -> "PrometheusServer":
+    def backfilled(cls, root: Path, text: str | Path, **kwargs) -> PrometheusServer:
         """A server whose TSDB was created from OpenMetrics (text or a file) by promtool; not yet started."""
         server = cls(root, **kwargs)
         server.backfill(text)
         return server
 
     @classmethod
-    def from_simulator(cls, root: Path, sim, start, end, **kwargs) -> "PrometheusServer":
+    def from_simulator(cls, root: Path, sim, start, end, **kwargs) -> PrometheusServer:
         """A server holding the simulator's history for [start, end) (the OpenMetrics file is removed); not yet started."""
         history = root / "history.om"
         sim.write_openmetrics(history, start, end)
@@ -116,7 +116,7 @@ class PrometheusServer:
         if done.returncode != 0:
             raise RuntimeError(f"promtool failed: {done.stderr[-2000:]}")
 
-    def start(self, timeout_s: float = 30) -> "PrometheusServer":
+    def start(self, timeout_s: float = 30) -> PrometheusServer:
         args = [
             PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={self.data}",
             f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=100y",
@@ -154,7 +154,7 @@ class PrometheusServer:
             raise RuntimeError(body)
         return body["data"]["result"]
 
-    def __enter__(self) -> "PrometheusServer":
+    def __enter__(self) -> PrometheusServer:
         if self.process is None:
             self.start()
         return self

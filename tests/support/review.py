@@ -13,7 +13,6 @@ from sqlmodel import Session
 
 from app.auth import service
 from app.core.db import unit_of_work
-
 from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
 from app.policy.parsing import parse_document

@@ -192,7 +192,7 @@ class Api:
         self.app = app
         self.principal = FINANCE
 
-    def as_(self, principal: Principal) -> "Api":
+    def as_(self, principal: Principal) -> Api:
         self.principal = principal
         return self
 

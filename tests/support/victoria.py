@@ -137,7 +137,7 @@ class VictoriaMetricsServer:
         self.log = self.root / "victoria.log"
         self.process: subprocess.Popen | None = None
 
-    def start(self, timeout_s: float = 30) -> "VictoriaMetricsServer":
+    def start(self, timeout_s: float = 30) -> VictoriaMetricsServer:
         args = [VICTORIA, f"-storageDataPath={self.data}", f"-httpListenAddr=127.0.0.1:{self.port}",
                 "-retentionPeriod=100y", "-dedup.minScrapeInterval=1ms", "-search.disableCache", "-search.latencyOffset=0s", "-loggerLevel=WARN"]
         with open(self.log, "ab") as log:
@@ -194,7 +194,7 @@ class VictoriaMetricsServer:
         stop_group(self.process)
         self.process = None
 
-    def __enter__(self) -> "VictoriaMetricsServer":
+    def __enter__(self) -> VictoriaMetricsServer:
         if self.process is None:
             self.start()
         return self

@@ -12,7 +12,7 @@ OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
 HTML = {"accept": "text/html"}
 
 
-def test_pages_show_periods_invoices_and_statement(api, fresh_engine):  # noqa: F811
+def test_pages_show_periods_invoices_and_statement(api, fresh_engine):
     with unit_of_work(fresh_engine) as s:
         v = store_policy(s)
         add_hour(s, hour=OCT1, version=v.id)
@@ -32,7 +32,7 @@ def test_pages_show_periods_invoices_and_statement(api, fresh_engine):  # noqa: 
     assert "Invoice 2026-10: vision" in invoice.text and "2.30" in invoice.text and "sla penalty" in invoice.text
 
 
-def test_close_form_and_tenant_isolation(api, fresh_engine):  # noqa: F811
+def test_close_form_and_tenant_isolation(api, fresh_engine):
     with unit_of_work(fresh_engine) as s:
         v = store_policy(s)
         fill_month(s, "2026-10", v.id, gap={3})
@@ -55,7 +55,7 @@ def test_close_form_and_tenant_isolation(api, fresh_engine):  # noqa: F811
     assert api.get("/billing/2026-13", headers=HTML).status_code == 422
 
 
-def test_invoice_pdf_holds_only_that_tenant(api, fresh_engine, tmp_path):  # noqa: F811
+def test_invoice_pdf_holds_only_that_tenant(api, fresh_engine, tmp_path):
     import subprocess
 
     with unit_of_work(fresh_engine) as s:

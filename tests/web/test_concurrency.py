@@ -14,10 +14,15 @@ from sqlmodel import Session, func, select
 from app.auth import service
 from app.auth.models import ApiToken, LoginAttempt
 from app.core.db import make_engine, unit_of_work
-from tests.support.routes import page_csrf
-from tests.support.databases import BACKENDS
+from tests.support.databases import (
+    BACKENDS,
+    drop_postgres_database,
+    migrated,
+    new_postgres_database,
+    new_sqlite_database,
+)
 from tests.support.review import seed
-from tests.support.databases import drop_postgres_database, migrated, new_postgres_database, new_sqlite_database
+from tests.support.routes import page_csrf
 from tests.support.server import running_portal
 
 PASSWORD = "correct horse battery staple"

@@ -9,9 +9,9 @@ import pytest
 
 from app.core.timeutil import utcnow
 from app.web import overview_panels
-from tests.support.routes import make_user, sign_in
 from tests.support.billing import add_hour, store_policy
 from tests.support.pages import date_range_over, overview_month
+from tests.support.routes import make_user, sign_in
 
 pytestmark = pytest.mark.anyio
 

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from tests.support.routes import make_user, sign_in
 from tests.support.pages import MIG_NODE
+from tests.support.routes import make_user, sign_in
 
 pytestmark = pytest.mark.anyio
 

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 
 from app.core.timeutil import floor_hour, utcnow
-from tests.support.routes import make_user, sign_in
 from tests.support.billing import add_hour, store_policy
+from tests.support.routes import make_user, sign_in
 
 pytestmark = pytest.mark.anyio
 

@@ -6,8 +6,8 @@ import pytest
 
 from app.core.settings import get_settings
 from app.core.timeutil import utcnow
-from tests.support.routes import make_user, sign_in
 from tests.support import rollups as builders
+from tests.support.routes import make_user, sign_in
 
 pytestmark = pytest.mark.anyio
 

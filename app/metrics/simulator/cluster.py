@@ -64,8 +64,8 @@ class Unit:
 
     index: int
     key: int  # hash used for per-unit schedules and sample jitter
-    node: "Node"
-    gpu: "Gpu"
+    node: Node
+    gpu: Gpu
     gpu_instance: str  # GPU_I_ID, "" for a whole GPU
     profile: str  # GPU_I_PROFILE, "" for a whole GPU
     slices: int  # compute slices out of 7 (7 for a whole GPU)
@@ -94,7 +94,7 @@ class Unit:
 class Gpu:
     index: int  # position on its node (the `gpu` label)
     key: int
-    node: "Node"
+    node: Node
     uuid: str
     pci_bus_id: str
     units: list[Unit] = field(default_factory=list)

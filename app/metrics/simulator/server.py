@@ -15,7 +15,7 @@ def serve_exporter(sim, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTP
     lock = threading.Lock()  # the simulator's caches are shared by the request threads
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the http.server hook name
+        def do_GET(self) -> None:
             if self.path.split("?", 1)[0] != "/metrics":
                 self._send(404, b"not found: try /metrics\n", "text/plain; charset=utf-8")
                 return
@@ -30,7 +30,7 @@ def serve_exporter(sim, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTP
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args) -> None:  # noqa: A002 - scrapes every few seconds are noise
+        def log_message(self, format: str, *args) -> None:
             pass
 
     server = ThreadingHTTPServer((host, port), Handler)

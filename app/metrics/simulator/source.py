@@ -12,7 +12,8 @@ from decimal import Decimal
 from itertools import accumulate
 
 from app.core.errors import Invalid
-from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S, epoch
+from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S
+from app.core.timeutil import epoch
 from app.metrics.histograms import INF, VLLM_E2E_LATENCY_S, p99_bucket, quantile
 from app.metrics.simulator.workload import INFERENCE_PCT, NAMESPACES, PCT_CAP, SLOTS, SLOW_FROM_S
 from app.metrics.types import OCCUPANCY_METRICS, GpuEnergy, OccupancySeries, SeriesLabels, ServiceMinutes, SourceBatch

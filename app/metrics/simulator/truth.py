@@ -13,7 +13,8 @@ from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 
-from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S, epoch
+from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S
+from app.core.timeutil import epoch
 from app.metrics.simulator.source import service_for
 from app.metrics.simulator.workload import SLOT_S, SLOTS, SLOW
 from app.policy.document import UNALLOCATED

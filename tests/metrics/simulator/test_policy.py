@@ -6,8 +6,8 @@ import pytest
 
 from app.metrics.simulator import Simulator
 from app.metrics.simulator.cluster import build_topology
-from app.policy.validation import validate
 from app.policy.parsing import parse_document
+from app.policy.validation import validate
 
 
 def errors(policy):

@@ -9,8 +9,8 @@ import pytest
 
 from app.metrics.attribution import attribute_hour, split_hours
 from app.metrics.prometheus_source import PrometheusSource
-from tests.support.simulator import DAY
 from tests.support.prometheus import PrometheusServer
+from tests.support.simulator import DAY
 
 START, END = DAY, DAY + timedelta(hours=3)  # the morning ramp (dark -> busy) and a breach episode
 pytestmark = pytest.mark.prometheus
