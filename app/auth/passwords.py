@@ -16,13 +16,16 @@ MAX_LENGTH = 1024  # argon2 accepts more, but a megabyte "password" is a denial-
 _hasher = PasswordHasher()
 # argon2id takes 64 MiB per hash: a flood of logins must queue here, not multiply memory by the thread count.
 _slots: threading.BoundedSemaphore | None = None
+_slots_created = threading.Lock()
 
 
 def _hash_slot() -> threading.BoundedSemaphore:
+    """The one semaphore bounding argon2 work (created once: two first callers must not make two)."""
     global _slots
-    if _slots is None:
-        _slots = threading.BoundedSemaphore(max(1, get_settings().password_hash_concurrency))
-    return _slots
+    with _slots_created:
+        if _slots is None:
+            _slots = threading.BoundedSemaphore(max(1, get_settings().password_hash_concurrency))
+        return _slots
 # Verified when the user does not exist, so that a wrong name costs as much time as a wrong password.
 _DUMMY_HASH = _hasher.hash("not-a-real-password-only-for-timing")
 
