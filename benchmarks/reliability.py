@@ -130,13 +130,7 @@ def kill_during_ingest(work: Path, kills: int) -> dict:
     for i in range(kills):
         url = f"sqlite:///{work / f'ingest-{i}.db'}"
         seed_policy(url)
-        proc = cli(url, *ingest_args())
-        time.sleep(moment(duration, i, kills))
-        out["trials"] += 1
-        if proc.poll() is None:
-            out["killed_mid_run"] += 1
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        kill_after(cli(url, *ingest_args()), moment(duration, i, kills), out)
         path = sqlite_path(url)
         out["partial_hours"] += partial_hours(path)
         out["integrity_failures"] += integrity(path) != "ok"
@@ -144,6 +138,16 @@ def kill_during_ingest(work: Path, kills: int) -> dict:
         out["equal_after_rerun"] += hour_totals(path) == truth
     out["uninterrupted_run_s"] = round(duration, 1)
     return dict(out)
+
+
+def kill_after(proc, delay_s: float, out: Counter) -> None:
+    """SIGKILL `proc` after `delay_s`, counting the trial and whether it was still running then."""
+    time.sleep(delay_s)
+    out["trials"] += 1
+    if proc.poll() is None:
+        out["killed_mid_run"] += 1
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
 
 
 # ---- 2. kill -9 during close -------------------------------------------------------------------
@@ -164,13 +168,8 @@ def kill_during_close(work: Path, kills: int) -> dict:
         path = work / f"close-{i}.db"
         shutil.copy(rated, path)
         url = f"sqlite:///{path}"
-        proc = cli(url, "close", "--period", MONTH, "--accept-gaps", "--reason", "bench")
-        time.sleep(moment(duration, i, kills))
-        out["trials"] += 1
-        if proc.poll() is None:
-            out["killed_mid_run"] += 1
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        kill_after(cli(url, "close", "--period", MONTH, "--accept-gaps", "--reason", "bench"),
+                   moment(duration, i, kills), out)
         with sqlite3.connect(path) as db:
             status, csv_hash = db.execute("SELECT status, csv_sha256 FROM billing_period WHERE month = ?",
                                           (MONTH,)).fetchone()

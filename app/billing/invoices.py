@@ -26,7 +26,7 @@ from app.billing.totals import BILLED_KINDS, NOT_TENANTS, account_totals, depart
 from app.billing.types import BALANCE_KINDS, PLATFORM, QUANTITY, TRANSFER_KINDS, LineKind
 from app.core.errors import NotFound
 from app.core.timeutil import SECONDS_PER_HOUR
-from app.metrics.efficiency import issued_hour_weighted, mean_activity
+from app.metrics.efficiency import mean_activity
 from app.metrics.quality import FindingsSummary, findings_summary
 
 ZERO = Decimal(0)
@@ -109,11 +109,19 @@ def line_dict(line: ChargeLineRecord) -> dict:
 
 def _efficiency(rows: list[TenantUsageRecord]) -> float | None:
     """The tenant's efficiency over its pools and classes: weighted by occupied samples, as SPEC section 4 defines it."""
-    if any(u.efficiency is not None and not u.activity_samples for u in rows):  # rated before sample counts
-        return issued_hour_weighted([(u.efficiency, float(u.busy_gpu_hours + u.dark_gpu_hours))
-                                     for u in rows if u.efficiency is not None])
+    if any(u.efficiency is not None and not u.activity_samples for u in rows):
+        return _issued_hour_weighted(rows)
     activity = sum(u.efficiency * u.activity_samples for u in rows if u.activity_samples)
     return mean_activity(activity, sum(u.activity_samples for u in rows))
+
+
+def _issued_hour_weighted(rows: list[TenantUsageRecord]) -> float | None:
+    """What invoices showed before usage rows kept sample counts (rated before migration 0008): the
+    GPU-hour weighted mean. A closed period is a document already issued; its exports must keep
+    matching the hashes stored at closing. Efficiency is a reported ratio, not money: float as issued."""
+    measured = [(u.efficiency, float(u.busy_gpu_hours + u.dark_gpu_hours)) for u in rows if u.efficiency is not None]
+    weight = sum(hours for _, hours in measured)
+    return round(sum(eff * hours for eff, hours in measured) / weight, 4) if weight else None
 
 
 def tenant_invoice(view: PeriodView, tenant: str) -> dict:

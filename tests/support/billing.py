@@ -19,6 +19,7 @@ from app.core.timeutil import hours_between
 from app.metrics.models import BreachMinuteRollup, BreachShare, IngestHour, PoolHourModel, PoolHourRollup, UsageRollup
 from app.policy.document import PolicyDocument
 from app.policy.service import import_version
+from tests.support.policies import SPEC_TENANTS
 
 A100 = "NVIDIA A100-SXM4-80GB"
 POOL = "mixed-a100"
@@ -27,11 +28,7 @@ POOL = "mixed-a100"
 def policy_doc(**changes) -> PolicyDocument:
     """SPEC section 3/5's example: one pool of 2 A100 nodes, search/vision/etl, one SLA (each GPU 1.30/h)."""
     data = {
-        "tenants": [
-            {"name": "search", "department": "consumer", "namespaces": ["search-prod"], "class": "inference"},
-            {"name": "vision", "department": "research", "namespaces": ["vision-train"], "class": "training"},
-            {"name": "etl", "department": "data", "namespaces": ["data-prep"], "class": "preprocessing"},
-        ],
+        "tenants": [{**t, "namespaces": list(t["namespaces"])} for t in SPEC_TENANTS],
         "pools": [
             {"name": POOL, "nodes": ["gpu-a100-01", "gpu-a100-02"], "reserved_fraction": "0.30",
              "reservations": {"search": 1}},

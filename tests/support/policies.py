@@ -6,16 +6,18 @@ from app.policy.document import PolicyDocument
 
 A100 = "NVIDIA A100-SXM4-80GB"
 RTX4090 = "NVIDIA GeForce RTX 4090"
+# SPEC section 3's three tenants, one of each class.
+SPEC_TENANTS = (
+    {"name": "search", "department": "consumer", "namespaces": ["search-prod"], "class": "inference"},
+    {"name": "vision", "department": "research", "namespaces": ["vision-train"], "class": "training"},
+    {"name": "etl", "department": "data", "namespaces": ["data-prep"], "class": "preprocessing"},
+)
 
 
 def mixed_policy(**overrides) -> PolicyDocument:
     """Two pools (a MIG-partitioned A100 pool with an SLA service, an RTX 4090 pool without), three tenants."""
     data = {
-        "tenants": [
-            {"name": "search", "department": "consumer", "namespaces": ["search-prod"], "class": "inference"},
-            {"name": "vision", "department": "research", "namespaces": ["vision-train"], "class": "training"},
-            {"name": "etl", "department": "data", "namespaces": ["data-prep"], "class": "preprocessing"},
-        ],
+        "tenants": [{**t, "namespaces": list(t["namespaces"])} for t in SPEC_TENANTS],
         "pools": [
             {"name": "mixed-a100", "nodes": ["gpu-a100-01", "gpu-a100-02"], "reserved_fraction": "0.30",
              "reservations": {"search": 1}, "gpus_per_node": 2, "gpu_model": A100},

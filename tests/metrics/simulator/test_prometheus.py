@@ -47,7 +47,7 @@ def test_real_prometheus_scrapes_the_live_exporter(sim, tmp_path):
             deadline = time.monotonic() + 30
             result = []
             while time.monotonic() < deadline and not result:
-                time.sleep(0.5)
+                time.sleep(0.5)  # state-free: polls until Prometheus answers with the series
                 result = prom.query('count by (modelName) (count_over_time(DCGM_FI_DEV_GPU_UTIL[1m]))')
             assert {r["metric"]["modelName"] for r in result} == {
                 "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 4090"}
