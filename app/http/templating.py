@@ -7,7 +7,7 @@ Every template gets `current_path`; the layers above add their own variables wit
 from __future__ import annotations
 
 from collections.abc import Callable
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 from urllib.parse import urlencode
 
@@ -25,10 +25,28 @@ def _context(request: Request) -> dict[str, Any]:
 
 
 def _hours(value: Any, digits: int = 1) -> str:
-    """Format a number of hours with thousands separators (Decimal stays Decimal until formatting)."""
+    """GPU-hours on pages: 1 decimal with thousands separators (exports keep the exact figure)."""
     if value is None:
         return "–"
     return f"{Decimal(value):,.{digits}f}"
+
+
+def _money(value: Any, currency: str = "") -> str:
+    """Money on pages: 2 decimals, thousands separators, and the currency code when one is given."""
+    if value is None:
+        return "–"
+    text = f"{Decimal(value):,.2f}"
+    return f"{text} {currency}" if currency else text
+
+
+def _pct(value: Any, digits: int = 1) -> str:
+    """A fraction as a percentage, rounded once, here."""
+    return "–" if value is None else f"{Decimal(str(value)) * 100:,.{digits}f}%"
+
+
+def _minutes(value: Any) -> str:
+    """Breach (or any) minutes: whole minutes."""
+    return "–" if value is None else f"{Decimal(str(value)).quantize(Decimal(1), ROUND_HALF_UP):,f}"
 
 
 def merge_query(query: dict, **changes) -> str:
@@ -40,8 +58,9 @@ def merge_query(query: dict, **changes) -> str:
 templates = Jinja2Blocks(directory=str(resource_path("templates")), context_processors=[_context])
 templates.env.filters["hours"] = _hours
 templates.env.filters["merge_query"] = merge_query
-templates.env.filters["pct"] = lambda v, digits=1: "–" if v is None else f"{float(v) * 100:.{digits}f}%"
-templates.env.filters["money"] = lambda v: "–" if v is None else f"{Decimal(v):,.2f}"
+templates.env.filters["pct"] = _pct
+templates.env.filters["money"] = _money
+templates.env.filters["minutes"] = _minutes
 
 
 def add_context_processor(processor: Callable[[Request], dict[str, Any]]) -> None:
