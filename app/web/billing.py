@@ -124,7 +124,7 @@ def billing_report(request: Request, period: str, session: SessionDep, user: Sta
         "cost_chart": chart_json({"labels": [m["month"] for m in report["trend"]],
                                   "datasets": [{"label": "Fleet cost C", "data": [m["cost"] for m in report["trend"]]}]}),
         "utilisation_chart": chart_json({"labels": [m["month"] for m in report["trend"]], "datasets": [
-            {"label": "Utilisation", "data": [None if m["utilisation"] is None else m["utilisation"] * 100
+            {"label": "Utilisation", "color": "#009E73", "data": [None if m["utilisation"] is None else m["utilisation"] * 100
                                               for m in report["trend"]]}]}),
     })
 
