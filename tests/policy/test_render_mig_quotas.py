@@ -170,5 +170,8 @@ def test_release_apply_with_a_mixed_layout_stores_quotas_covering_mig(session):
     assert queue["spec"]["resourceGroups"][0]["coveredResources"] == [
         "nvidia.com/gpu", "nvidia.com/mig-3g.40gb", "nvidia.com/mig-7g.80gb"]
     assert not kueue_webhook_errors(queue)
+    stored = [o for name, text in files.items() if name.startswith("kueue/") for o in yaml.safe_load_all(text) if o]
+    for obj in stored:
+        assert not list(crd_validator(obj["kind"]).iter_errors(obj)), obj["metadata"]["name"]
     mig = yaml.safe_load(files["mig/mig-parted-config.yaml"])["mig-configs"]
     assert mig["gpu-a100-01"] == [{"devices": list(range(8)), "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}]
