@@ -42,3 +42,12 @@ async def test_overview_charts_carry_the_class_colour(client, session):
     # ... and each class has its colour on both
     for dataset in tenants_chart + daily_chart:
         assert dataset["color"] == CLASS_COLOURS[dataset["label"]], dataset["label"]
+
+
+def test_a_rise_is_never_green():
+    """.up marks a rise in use or cost (tenants' change column, the invoice impact): the error red."""
+    from tests.support.deploy import ROOT
+
+    css = (ROOT / "static" / "dashboard.css").read_text()
+    (rule,) = re.findall(r"\.up \{([^}]*)\}", css)
+    assert "var(--err-line)" in rule
