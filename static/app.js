@@ -9,8 +9,10 @@
 (function () {
   "use strict";
 
-  // Colour-blind-safe palette (Okabe-Ito), then greys.
-  var PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000", "#999999"];
+  // Series that are no workload class (services, busy/dark) take these Okabe-Ito colours in order;
+  // class series carry their fixed colour in the data (app/web/charts.py CLASS_COLOURS), so a
+  // class looks the same on every chart, whatever order its datasets come in.
+  var PALETTE = ["#56B4E9", "#D55E00", "#F0E442", "#999999"];
 
   function drawCharts(root) {
     if (!window.Chart || !root || !root.querySelectorAll) return;
