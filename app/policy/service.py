@@ -54,9 +54,10 @@ def import_version(
     """Store a valid document as a new immutable version (flushed, audited); refuse errors and backdating."""
     try:
         # Round-trip through the schema: a document assembled with model_copy skipped pydantic's checks.
-        document = PolicyDocument.model_validate(json.loads(canonical_json(document)))
+        data = json.loads(canonical_json(document))
+        document = PolicyDocument.model_validate(data)
     except ValidationError as exc:
-        raise Invalid("the policy document is invalid", pydantic_errors(exc)) from None
+        raise Invalid("the policy document is invalid", pydantic_errors(exc, data)) from None
     errors = [e for e in validate(document) if e.severity == "error"]
     if errors:
         raise Invalid("the policy document is invalid", errors)
