@@ -61,6 +61,9 @@ class _Keyed(dict):
     """A list of named items, held as key -> item in list order."""
 
 
+Keyed = _Keyed  # public: structured edits (forms.py) build into the same normalized tree
+
+
 class _Set(list):
     """A list compared as a set (order kept for output)."""
 

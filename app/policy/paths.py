@@ -122,6 +122,17 @@ def parse_path(path: str, *, field: str = "path") -> list[str]:
     return parts
 
 
+def parent(path: str) -> str:
+    """The path one step up (`quotas[a/b].guaranteed_gpus` -> `quotas[a/b]`); "" for a top-level field."""
+    start, at = 0, 0
+    while at < len(path):
+        match = _SEGMENT.match(path, at)
+        if match is None or match.end() == at:
+            break
+        start, at = at, match.end()
+    return path[:start]
+
+
 def within(path: str, prefix: str) -> bool:
     """Whether `path` is `prefix` or a field under it."""
     return path == prefix or path.startswith(prefix + ".") or path.startswith(prefix + "[")

@@ -213,6 +213,12 @@ def dump_yaml(doc: PolicyDocument) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=120)
 
 
+def dump_value(value) -> str:
+    """One value as the YAML editor writes it, on one line (0.6 unquoted, '09:00' quoted, a mapping in braces)."""
+    text = yaml.dump(value, Dumper=_Dumper, default_flow_style=True, allow_unicode=True, sort_keys=False, width=10**6)
+    return text.strip().removesuffix("...").strip()
+
+
 def dump_json(doc: PolicyDocument) -> str:
     """Indented JSON in the document's spelling (decimals as strings, exact)."""
     return json.dumps(doc.to_data(), indent=2, ensure_ascii=False)

@@ -22,8 +22,6 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel
-
 from app.core.errors import FieldError
 from app.policy import gpus
 from app.policy.document import UNALLOCATED, UNPOOLED, PolicyDocument, Pool
