@@ -14,6 +14,7 @@ from app.auth.deps import Operator, Staff
 from app.core.audit import AuditEntry, readable_entries
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid, NotFound
+from app.http.htmx import is_htmx
 from app.http.htmx import redirect_after_post as _redirect
 from app.http.pagination import IdPath as Id
 from app.http.pagination import paginate
@@ -219,7 +220,9 @@ def section_save(change_id: Id, section: str, request: Request, session: Session
     if result.saved:
         return _redirect(request, f"/policy/changes/{change_id}/sections/{name}?saved=1")
     form = policy_forms.build(name, doc, posted=values, removed=removed, findings=result.findings, use=use)
-    return render(request, "policy/section_form.html", _section_context(change, form), status_code=422, block="section")
+    # 422 for a form post; htmx swaps the form in place, and a 200 keeps it from logging the answer as a failure.
+    return render(request, "policy/section_form.html", _section_context(change, form),
+                  status_code=200 if is_htmx(request) else 422, block="section")
 
 
 def _section_context(change, form: policy_forms.Section, *, saved: bool = False) -> dict:
