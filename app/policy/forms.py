@@ -24,7 +24,8 @@ from app.policy.validation import LatencyBuckets, validate
 
 # Fields whose value is a list of names, typed as one comma- or space-separated line.
 LIST_FIELDS = {"nodes", "namespaces", "time_sliced_nodes", "eviction_order"}
-NEW = "+"  # the key prefix of a row added on the form
+NEW = "+"  # the key prefix of a row added on the form: +1, +2, ...
+_NEW_ROW = re.compile(r"^\+[0-9]+$")
 NAME = "_key"  # the field a new mapping entry is named by
 _SPLIT = re.compile(r"[\s,]+")
 
@@ -80,7 +81,7 @@ def _name_new_entries(node, errors: list[FieldError], renames: dict[str, str], p
     for key in list(node):
         value = node[key]
         here = join(path, Key(key) if isinstance(node, Keyed) else key)
-        if isinstance(key, str) and key.startswith(NEW):
+        if isinstance(key, str) and _NEW_ROW.match(key):
             if isinstance(value, dict) and not any(v not in ("", [], {}, None) for k, v in value.items() if k != NAME) \
                     and not value.get(NAME):
                 del node[key]  # an added row nobody filled in

@@ -207,9 +207,10 @@ def set_field(*, session: Session, change_id: int, actor: str, path: str, value:
     new = load_value(value, path="value")  # decimals stay exact, aliases bounded, huge integers refused
     tree = normalize(doc.to_data())
     node = tree
-    for i, part in enumerate(parts[:-1]):
+    for part in parts[:-1]:
         if not isinstance(node, dict) or part not in node:
-            raise Invalid("no such field", [FieldError("path", f"{'.'.join(parts[: i + 1])} does not exist")])
+            known = ", ".join(list(node)[:12]) if isinstance(node, dict) else ""
+            raise Invalid("no such field", [FieldError("path", f"{part!r} does not exist" + (f" (there: {known})" if known else ""))])
         node = node[part]
     if not isinstance(node, dict):
         raise Invalid("no such field", [FieldError("path", f"{path} does not exist")])

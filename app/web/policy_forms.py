@@ -214,7 +214,7 @@ def _tenants(form: _Form, doc: PolicyDocument) -> list[Table | Group]:
     columns = [("name", "Tenant", {}), ("department", "Department", {}), ("class", "Class", _select(CLASSES)),
                ("namespaces", "Namespaces", {"kind": "list"})]
     return [_keyed_table(form, "Tenants", "tenants", doc.tenants, lambda t: t.name, columns, extra=weights,
-                         extra_columns=[f"Reservation weight in {p.name}" for p in doc.pools],
+                         extra_columns=[f"Weight in {p.name}" for p in doc.pools],
                          hint="Namespaces: comma-separated. Reservation weights (inference tenants only) share each "
                               "pool's reserved fraction; empty means none.")]
 
