@@ -21,6 +21,7 @@ from app.policy.diff import diff
 from app.policy.parsing import parse_document
 from app.policy.service import load_document
 from app.review.models import ChangeRequest
+from tests.support.review import edited, set_quota
 from tests.support.rollups import pool_hour, recent_hours, usage
 from tests.support.routes import asgi_client, make_user, sign_in
 
@@ -88,6 +89,8 @@ async def test_quota_form_edits_one_field_and_shows_actual_use(olga, v1, fresh_e
                                                                f"{QUOTA}.pool": "mixed-a100"})
     assert saved.status_code == 303 and saved.headers["location"].endswith("/sections/quotas?saved=1")
     assert changed(fresh_engine, change_id, v1) == {f"{QUOTA}.guaranteed_gpus": (4, 6)}
+    with unit_of_work(fresh_engine) as session:  # the very document the YAML editor would have saved
+        assert session.get(ChangeRequest, change_id).document == edited(v1, set_quota(6))
 
 
 async def test_quota_above_capacity_comes_back_with_the_error_beside_the_field(olga, v1, fresh_engine):
