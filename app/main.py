@@ -64,6 +64,7 @@ def create_app() -> FastAPI:
     app.include_router(web_overview.router)
     app.include_router(web_policy.router)
     app.include_router(web_review.router)
+    app.include_router(web_billing.report_router)  # before web_billing.router: see there
     app.include_router(web_billing.router)
     app.include_router(web_tenants.router)
     app.include_router(web_fleet.router)
