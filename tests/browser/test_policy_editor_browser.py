@@ -8,6 +8,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.test_layout_a11y import audit  # the crawl's own check: overflow and axe-core
 from tests.support.browser import SERVER_TIMEOUT_MS, SHOTS, submit
 
 pytestmark = pytest.mark.browser
@@ -88,14 +89,20 @@ def test_set_field_with_a_bad_path_is_not_a_dead_end(portal, sessions, console):
     console.problems.clear()  # chromium logs the refused post (422) above, which is what this test asks for
 
 
-def test_every_section_form_renders_at_desktop_width(portal, sessions, console):
+def test_every_section_form_fits_and_passes_axe(portal, sessions, console):
     op = new_draft(portal, sessions, "Look at every form")
     change_url = op.url
     shot(op, "policy-change-draft")
-    for section in ("quotas", "priorities", "tenants", "pools", "isolation", "sla", "pricing"):
-        op.goto(f"{change_url}/sections/{section}")
-        expect(op.locator("main button:has-text('Save to the draft')")).to_be_visible()
-        shot(op, f"policy-form-{section}")
-        overflow = op.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-        assert overflow <= 0, (section, overflow, op.evaluate(WIDER_THAN_WINDOW))  # wide tables scroll in their card
+    problems = []
+    for width in (1280, 390):
+        page = sessions("olga", width=width, height=900)
+        for section in ("quotas", "priorities", "tenants", "pools", "isolation", "sla", "pricing"):
+            overflow, violations = audit(page, f"{change_url}/sections/{section}")
+            expect(page.locator("main button:has-text('Save to the draft')")).to_be_visible()
+            if width == 1280:
+                shot(page, f"policy-form-{section}")
+            if overflow > 0:  # wide tables scroll inside their card, never the page
+                problems.append(f"{width}px {section}: sideways by {overflow} px {page.evaluate(WIDER_THAN_WINDOW)}")
+            problems += [f"{width}px {section}: {v['id']} {v['nodes']}" for v in violations]
+    assert not problems, "\n".join(problems)
     assert not console.problems, console.problems
