@@ -118,6 +118,8 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/policy/changes/{change_id}/edit"): OPERATOR,
     ("POST", "/policy/changes/{change_id}"): OPERATOR,
     ("POST", "/policy/changes/{change_id}/fields"): OPERATOR,
+    ("GET", "/policy/changes/{change_id}/sections/{section}"): OPERATOR,
+    ("POST", "/policy/changes/{change_id}/sections/{section}"): OPERATOR,
     ("POST", "/policy/changes/{change_id}/submit"): OPERATOR,
     ("POST", "/policy/changes/{change_id}/approve"): REVIEWER,
     ("POST", "/policy/changes/{change_id}/reject"): REVIEWER,
