@@ -49,6 +49,15 @@ def _minutes(value: Any) -> str:
     return "–" if value is None else f"{Decimal(str(value)).quantize(Decimal(1), ROUND_HALF_UP):,f}"
 
 
+def _exact(value: Any) -> str:
+    """A billed quantity or unit rate exactly as stored or derived (thousands separators, no rounding), so that
+    quantity x rate can be checked against the amount to the cent."""
+    if value is None:
+        return "–"
+    return f"{Decimal(value).normalize():,f}" if Decimal(value) != Decimal(value).to_integral_value() \
+        else f"{Decimal(value).quantize(Decimal(1)):,f}"
+
+
 def merge_query(query: dict, **changes) -> str:
     """A query string: `query` with `changes` applied and empty values dropped (a Jinja filter)."""
     merged = {**query, **changes}
@@ -61,6 +70,7 @@ templates.env.filters["merge_query"] = merge_query
 templates.env.filters["pct"] = _pct
 templates.env.filters["money"] = _money
 templates.env.filters["minutes"] = _minutes
+templates.env.filters["exact"] = _exact
 
 
 def add_context_processor(processor: Callable[[Request], dict[str, Any]]) -> None:
