@@ -155,11 +155,13 @@ def render_pdf(view: PeriodView) -> bytes:
     return bytes(doc.output())
 
 
-def _num(value: Decimal | None) -> str:
-    """A billed quantity or rate exactly as derived (no rounding, trailing zeros dropped)."""
+def _num(value: Decimal | None, *, trim: bool = True) -> str:
+    """A billed quantity (trailing zeros dropped) or rate (as given) exactly as derived, never rounded."""
     if value is None:
         return "-"
     value = Decimal(value)
+    if not trim:
+        return f"{value:f}"
     return f"{value.normalize():f}" if value != value.to_integral_value() else f"{value.quantize(Decimal(1)):f}"
 
 
@@ -185,7 +187,7 @@ def _invoice_page(doc: _Doc, view: PeriodView, tenant: str) -> None:
             rows.append([
                 "  " + l["kind"].replace("_", " ") + (" (correction)" if l["correction"] else ""), l["pool"],
                 l["class"] + (f" {l['service']}" if l["service"] else ""), str(l["policy_version"]),
-                f"{_num(l['quantity'])} {unit}", _num(l["unit_rate"]), _money(l["amount"], cur),
+                f"{_num(l['quantity'])} {unit}", _num(l["unit_rate"], trim=False), _money(l["amount"], cur),
             ])
             if l["dark_multiplier"] is not None:
                 rows.append([f"    at full rate {_money(l['undiscounted_amount'], cur)} x dark-time multiplier "

@@ -12,6 +12,7 @@ from app.billing.loader import DocumentCache
 from app.billing.models import BillingPeriod, ChargeLineRecord, PeriodStatus, UnattributedBreachRecord
 from app.billing.types import LineKind
 from app.core.errors import NotFound
+from app.core.settings import get_settings
 from app.metrics.breaches_read import ServiceSla, paid_breach_minutes
 from app.metrics.date_ranges import DateRange, days_of
 
@@ -89,8 +90,17 @@ def breach_evidence(*, session: Session, period: BillingPeriod, tenant: str, ser
             terms.append({"policy_version": v, "p99_ms": sla.p99_ms, "penalty": sla.penalty_per_breach_minute})
     minutes, total = paid_breach_minutes(session=session, start=period.starts_at, end=period.ends_at, tenant=tenant,
                                          service=service)
+    tz = get_settings().tz
+    days: dict[str, dict] = {}
+    for m in minutes:
+        day = days.setdefault(m.minute_end.astimezone(tz).date().isoformat(),
+                              {"minutes": 0, "alone": 0, "gpu_seconds": Decimal(0)})
+        day["minutes"] += 1
+        day["alone"] += not m.shared
+        day["gpu_seconds"] += m.gpu_seconds
     return {
         "period": period.month, "status": period.status, "currency": period.currency, "tenant": tenant,
+        "days": [{"day": d, **v} for d, v in sorted(days.items())],
         "service": service, "terms": terms, "minutes": minutes, "minute_count": total,
         "gpu_seconds": sum((m.gpu_seconds for m in minutes), Decimal(0)),
         "alone_minutes": sum(1 for m in minutes if not m.shared),

@@ -49,13 +49,16 @@ def _minutes(value: Any) -> str:
     return "–" if value is None else f"{Decimal(str(value)).quantize(Decimal(1), ROUND_HALF_UP):,f}"
 
 
-def _exact(value: Any) -> str:
+def _exact(value: Any, trim: bool = True) -> str:
     """A billed quantity or unit rate exactly as stored or derived (thousands separators, no rounding), so that
-    quantity x rate can be checked against the amount to the cent."""
+    quantity x rate can be checked against the amount to the cent; `trim` drops trailing zeros (quantities),
+    rates keep the decimals they were given."""
     if value is None:
         return "–"
-    return f"{Decimal(value).normalize():,f}" if Decimal(value) != Decimal(value).to_integral_value() \
-        else f"{Decimal(value).quantize(Decimal(1)):,f}"
+    number = Decimal(value)
+    if not trim:
+        return f"{number:,f}"
+    return f"{number.normalize():,f}" if number != number.to_integral_value() else f"{number.quantize(Decimal(1)):,f}"
 
 
 def merge_query(query: dict, **changes) -> str:

@@ -201,6 +201,7 @@ def test_evidence_lists_only_the_tenants_own_seconds(session):
     assert e["share_minutes"] == D("2.333333")  # 2 x 60/90 + 1, as rated (6 decimals per line)
     assert e["amount"] == D("1.17")
     assert [t["p99_ms"] for t in e["terms"]] == [300]
+    assert e["days"] == [{"day": "2026-10-01", "minutes": 3, "alone": 1, "gpu_seconds": D("165")}]
     with pytest.raises(NotFound):
         breach_evidence(session=session, period=rated, tenant="search", service="search-chat")
 
