@@ -13,6 +13,7 @@ from fpdf.enums import XPos, YPos
 
 from app.billing.invoices import PeriodView, invoice_summaries, platform_statement, tenant_invoice
 from app.billing.types import LineKind
+from app.http.numbers import exact_number
 
 LABELS = {
     LineKind.IDLE: "Idle capacity",
@@ -156,13 +157,7 @@ def render_pdf(view: PeriodView) -> bytes:
 
 
 def _num(value: Decimal | None, *, trim: bool = True) -> str:
-    """A billed quantity (trailing zeros dropped) or rate (as given) exactly as derived, never rounded."""
-    if value is None:
-        return "-"
-    value = Decimal(value)
-    if not trim:
-        return f"{value:f}"
-    return f"{value.normalize():f}" if value != value.to_integral_value() else f"{value.quantize(Decimal(1)):f}"
+    return "-" if value is None else exact_number(value, trim=trim, separators=False)
 
 
 def _invoice_page(doc: _Doc, view: PeriodView, tenant: str) -> None:

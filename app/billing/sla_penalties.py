@@ -48,9 +48,10 @@ def add_penalties(*, session: Session, period: DateRange, rows: list[ServiceSla]
     return sorted(periods.values())
 
 
-def paid_penalties(*, session: Session, months: list[str], tenants: frozenset[str] | None,
+def paid_penalties(*, session: Session, months: list[str] | None, tenants: frozenset[str] | None,
                    service: str | None = None) -> list[dict]:
-    """The SLA penalty lines the visible tenants were charged in the given rated months, per month, tenant, service.
+    """The SLA penalty lines the visible tenants were charged in the given rated months (None: every month), per
+    month, tenant and service.
 
     Read from the tenant's own invoice lines only: a tenant learns the service it paid for, never whose it is.
     """
@@ -58,11 +59,12 @@ def paid_penalties(*, session: Session, months: list[str], tenants: frozenset[st
         select(BillingPeriod.month, ChargeLineRecord.account, ChargeLineRecord.service,
                func.sum(ChargeLineRecord.quantity), func.sum(ChargeLineRecord.amount))
         .join(BillingPeriod, col(BillingPeriod.id) == col(ChargeLineRecord.period_id))
-        .where(col(BillingPeriod.month).in_(months), BillingPeriod.status != PeriodStatus.OPEN,
-               ChargeLineRecord.kind == LineKind.SLA_PENALTY)
+        .where(BillingPeriod.status != PeriodStatus.OPEN, ChargeLineRecord.kind == LineKind.SLA_PENALTY)
         .group_by(BillingPeriod.month, ChargeLineRecord.account, ChargeLineRecord.service)
         .order_by(BillingPeriod.month, ChargeLineRecord.account, ChargeLineRecord.service)
     )
+    if months is not None:
+        stmt = stmt.where(col(BillingPeriod.month).in_(months))
     if tenants is not None:
         stmt = stmt.where(col(ChargeLineRecord.account).in_(sorted(tenants)))
     if service is not None:

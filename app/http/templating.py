@@ -18,6 +18,7 @@ from starlette.responses import Response
 from app.core.errors import AppError
 from app.core.resources import resource_path
 from app.http.htmx import is_htmx
+from app.http.numbers import exact_number
 
 
 def _context(request: Request) -> dict[str, Any]:
@@ -49,18 +50,6 @@ def _minutes(value: Any) -> str:
     return "–" if value is None else f"{Decimal(str(value)).quantize(Decimal(1), ROUND_HALF_UP):,f}"
 
 
-def _exact(value: Any, trim: bool = True) -> str:
-    """A billed quantity or unit rate exactly as stored or derived (thousands separators, no rounding), so that
-    quantity x rate can be checked against the amount to the cent; `trim` drops trailing zeros (quantities),
-    rates keep the decimals they were given."""
-    if value is None:
-        return "–"
-    number = Decimal(value)
-    if not trim:
-        return f"{number:,f}"
-    return f"{number.normalize():,f}" if number != number.to_integral_value() else f"{number.quantize(Decimal(1)):,f}"
-
-
 def merge_query(query: dict, **changes) -> str:
     """A query string: `query` with `changes` applied and empty values dropped (a Jinja filter)."""
     merged = {**query, **changes}
@@ -73,7 +62,7 @@ templates.env.filters["merge_query"] = merge_query
 templates.env.filters["pct"] = _pct
 templates.env.filters["money"] = _money
 templates.env.filters["minutes"] = _minutes
-templates.env.filters["exact"] = _exact
+templates.env.filters["exact"] = lambda value, trim=True: exact_number(value, trim=trim)
 
 
 def add_context_processor(processor: Callable[[Request], dict[str, Any]]) -> None:

@@ -85,11 +85,15 @@ def sla_paid(
     request: Request,
     session: SessionDep,
     user: CurrentUser,
-    period: Annotated[str, Query(max_length=7)],
-    tenant: Annotated[str, Query(max_length=200)],
-    service: Annotated[str, Query(max_length=200)],
+    period: Annotated[str, Query(max_length=7)] = "",
+    tenant: Annotated[str, Query(max_length=200)] = "",
+    service: Annotated[str, Query(max_length=200)] = "",
 ) -> Response:
-    """The breach minutes behind one tenant's SLA penalty line: P99 and the tenant's own GPU-seconds in each."""
+    """The breach minutes behind one tenant's SLA penalty line: P99 and the tenant's own GPU-seconds in each.
+    Without a line named: the penalties the viewer's tenants paid, each linking here."""
+    if not (period and tenant and service):
+        paid = paid_penalties(session=session, months=None, tenants=user.visible_tenants())
+        return render(request, "sla/paid.html", {"title": "SLA penalties paid", "e": None, "paid": paid})
     row = rated_period(session=session, month=period)
     if not user.can_see_tenant(tenant):
         raise NotFound(f"{tenant!r} paid no SLA penalty for {service!r} in {row.month}")

@@ -67,6 +67,8 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/billing/{period}"): SIGNED_IN,
     ("GET", "/billing/{period}/{tenant}"): SIGNED_IN,
     ("GET", "/billing/{period}/{tenant}/invoice.pdf"): SIGNED_IN,
+    ("GET", "/billing/{period}/{tenant}/days"): SIGNED_IN,
+    ("GET", "/sla/paid"): SIGNED_IN,
     ("POST", "/billing/{period}/rate"): FINANCE,
     ("POST", "/billing/{period}/close"): FINANCE,
     # policy: staff read, operators propose and release, reviewers decide

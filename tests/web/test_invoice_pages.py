@@ -57,6 +57,8 @@ def test_tenant_reads_its_invoice_drills_down_and_follows_its_penalty(api, fresh
     assert api.get("/sla/paid?period=2026-10&tenant=vision&service=nope", headers=HTML).status_code == 404
     assert api.get("/sla/paid?period=2026-13&tenant=vision&service=search-chat", headers=HTML).status_code == 422
 
+    listed = api.get("/sla/paid", headers=HTML)  # no line named: the penalties the viewer's tenants paid
+    assert listed.status_code == 200 and "/sla/paid?period=2026-10&amp;tenant=vision&amp;service=search-chat" in listed.text
     sla = api.get("/sla?start=2026-10-01&end=2026-10-31", headers=HTML).text
     assert "SLA penalties your tenants paid" in sla and "/sla/paid?period=2026-10" in sla
 
