@@ -3,6 +3,7 @@ an exposition and an OpenMetrics backfill. All views read the same schedules (se
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +29,12 @@ class Simulator:
         self.workload = Workload(seed, self.topology)
         self.energy = Energy(self.workload)
         self._policy: PolicyDocument | None = None
+        self.lock = threading.RLock()  # its caches are shared by an exporter's request threads and `hold`
+
+    def hold(self, unit_index: int, pods: tuple, since: datetime) -> None:
+        """Drive the state: from the minute of `since` on, the unit is held by `pods` (workload.Pod; none = free)."""
+        with self.lock:
+            self.workload.override(unit_index, int(since.timestamp()) // 60, pods)
 
     def policy(self) -> PolicyDocument:
         """The seed policy document that matches this cluster (passes validation)."""

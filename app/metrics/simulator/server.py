@@ -12,7 +12,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 def serve_exporter(sim, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
     """Serve `sim` on host:port (0 = any free port) from a daemon thread; call .shutdown() to stop."""
-    lock = threading.Lock()  # the simulator's caches are shared by the request threads
+    lock = sim.lock  # the simulator's caches are shared by the request threads (and `Simulator.hold`)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
