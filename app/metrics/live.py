@@ -71,9 +71,9 @@ def services_query(policy: PolicyDocument) -> str | None:
     window = f"{policy.colocation.idle_window_s}s"
     for sla in policy.sla:
         name = json.dumps(sla.service)
-        parts.append(f'label_replace(label_replace(sum(increase(({sla.requests})[{window}])), "chargeback_service", {name}, "", ""),'
+        parts.append(f'label_replace(label_replace(sum(increase({sla.requests}[{window}])), "chargeback_service", {name}, "", ""),'
                      ' "chargeback_signal", "requests", "", "")')
-        parts.append(f'label_replace(label_replace(sum by (le) (increase(({sla.latency_histogram})[{P99_WINDOW}])),'
+        parts.append(f'label_replace(label_replace(sum by (le) (increase({sla.latency_histogram}[{P99_WINDOW}])),'
                      f' "chargeback_service", {name}, "", ""), "chargeback_signal", "latency", "", "")')
     return " or ".join(parts) if parts else None
 
