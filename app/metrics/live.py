@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Protocol
 
+from app.core.errors import AppError
 from app.core.timeutil import SECONDS_PER_MINUTE as MINUTE_S
 from app.metrics import labels as rules
 from app.metrics.attribution import _classify, dark_minutes, hour_of
@@ -323,14 +324,18 @@ class LiveCache:
         self.reads = 0
 
     def get(self, key: tuple, compute: Callable[[], object]) -> object:
-        """The cached value for `key`, or `compute()` (exceptions are not cached)."""
+        """The cached value for `key`, or `compute()`; an `AppError` is kept as long (an outage costs one wait per TTL)."""
         with self._lock:  # one read at a time: a burst of refreshes costs one query, not one each
             entry = self._entries.get(key)
-            if entry is not None and self.clock() - entry[0] < self.ttl_s:
-                return entry[1]
-            value = compute()
-            self.reads += 1
-            if len(self._entries) > 16:
-                self._entries.clear()
-            self._entries[key] = (self.clock(), value)
-            return value
+            if entry is None or self.clock() - entry[0] >= self.ttl_s:
+                try:
+                    value: object = compute()
+                except AppError as exc:
+                    value = exc
+                self.reads += 1
+                if len(self._entries) > 16:
+                    self._entries.clear()
+                entry = self._entries[key] = (self.clock(), value)
+        if isinstance(entry[1], AppError):
+            raise entry[1]
+        return entry[1]

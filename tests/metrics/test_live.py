@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from app.core.errors import Unavailable
 from app.metrics.live import LiveCache, PrometheusLive, live_fleet
 from app.metrics.simulator import Simulator
 from app.metrics.simulator.live import SimulatorLive
@@ -128,3 +129,14 @@ def test_concurrent_refreshes_share_one_read_until_it_expires():
     assert cache.get(("k",), compute) == 1
     clock[0] = 5.0
     assert cache.get(("k",), compute) == 2
+
+
+def test_an_unreachable_prometheus_is_one_wait_per_ttl_and_a_clear_error():
+    clock = [0.0]
+    cache = LiveCache(ttl_s=5, clock=lambda: clock[0])
+    source = PrometheusLive("http://127.0.0.1:9", timeout_s=2)  # discard port: nothing answers
+    policy = mixed_policy()
+    for _ in range(3):
+        with pytest.raises(Unavailable, match="did not answer"):
+            cache.get(("p",), lambda: source.read(policy=policy, at=H))
+    assert cache.reads == 1
