@@ -417,16 +417,29 @@ def _unit_rows(batch: SourceBatch, hour_end: int, policy: PolicyDocument, seen: 
             acc[0] += value
             acc[1] += n
     rows = []
+    capacities: dict[tuple[str, str], Decimal] = {}  # (model, profile) -> capacity, computed once (Fractions are slow)
+    pools: dict[str, str] = {}
+    zero = Decimal(0).quantize(MICRO)
     for unit in sorted(seen):
         labels = seen[unit]
-        fraction = unit_fraction(labels.model, labels.mig_profile)
+        kind = (labels.model, labels.mig_profile)
+        if kind not in capacities:
+            capacities[kind] = quantize_micro(HOUR_S * unit_fraction(*kind))
+        if labels.host not in pools:
+            pools[labels.host] = _pool_of(policy, labels.host)
+        carried = seconds.get(unit)
+        if carried is None or not carried:
+            used_s = zero
+        elif carried.denominator == 1:
+            used_s = Decimal(carried.numerator).quantize(MICRO)
+        else:
+            used_s = quantize_micro(carried)
         peak = batch.fb_peak.get(unit, {}).get(hour_end)
         act = activity.get(unit, (0.0, 0))
         rows.append(UnitRow(
-            pool=_pool_of(policy, labels.host), node=labels.host, gpu_uuid=labels.uuid, gpu_index=labels.gpu,
+            pool=pools[labels.host], node=labels.host, gpu_uuid=labels.uuid, gpu_index=labels.gpu,
             gpu_instance=labels.gpu_instance, mig_profile=labels.mig_profile, model=labels.model,
-            capacity_gpu_seconds=quantize_micro(HOUR_S * fraction),
-            gpu_seconds=quantize_micro(seconds.get(unit, Fraction(0))), activity_sum=act[0], activity_samples=act[1],
+            capacity_gpu_seconds=capacities[kind], gpu_seconds=used_s, activity_sum=act[0], activity_samples=act[1],
             tenants=tuple(sorted(tenants.get(unit, ()))),
             fb_used_peak_mib=peak if peak is not None and math.isfinite(peak) and peak >= 0 else None))
     return rows
