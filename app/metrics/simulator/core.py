@@ -56,11 +56,11 @@ class Simulator:
 
         return ground_truth(self, start, end)
 
-    def exposition(self, at: datetime) -> str:
-        """Every series at instant `at`, in the Prometheus text format 0.0.4."""
+    def exposition(self, at: datetime, families: tuple[str, ...] | None = None) -> str:
+        """Every series (of `families`, when given) at instant `at`, in the Prometheus text format 0.0.4."""
         from app.metrics.simulator.exposition import exposition
 
-        return exposition(self, at)
+        return exposition(self, at, families)
 
     def write_openmetrics(self, path: str | Path, start: datetime, end: datetime, *,
                           metrics: Iterable[str] | None = None,
