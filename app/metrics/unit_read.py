@@ -55,35 +55,32 @@ def _buckets(period: DateRange, hourly: bool) -> list:
 def unit_occupancy(*, session: Session, period: DateRange, pool: str, gpu: str | None = None) -> UnitOccupancy:
     """Occupancy of each GPU of `pool` (MIG instances summed), or with `gpu` (a UUID) of each of its units."""
     hourly = (period.end - period.start).days + 1 <= HOURLY_MAX_DAYS
-    key_col = U.gpu_instance if gpu else U.gpu_uuid
     bucket_col = None if hourly else day_column(session, U.hour, period.tz)
     when = bucket_col if bucket_col is not None else U.hour
     where = [U.hour >= period.start_utc, U.hour < period.end_utc, U.pool == pool]
     if gpu:
         where.append(U.gpu_uuid == gpu)
+    # One scan: per unit row and bucket, split by the holder tenants (a handful of combinations per row).
+    extra = [U.gpu_instance, U.mig_profile] if gpu else []
     rows = session.exec(
-        select(key_col, when, func.sum(U.gpu_seconds), func.sum(U.capacity_gpu_seconds))
-        .where(*where).group_by(key_col, when)
+        select(U.node, U.gpu_uuid, U.gpu_index, U.tenants, when, func.sum(U.gpu_seconds), func.sum(U.capacity_gpu_seconds),
+               *extra)
+        .where(*where).group_by(U.node, U.gpu_uuid, U.gpu_index, U.tenants, when, *extra)
     )
     day_of = DayOf(period.tz)
     used: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: ZERO))
     capacity: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: ZERO))
-    for key, at, seconds, cap in rows:
+    info: dict[str, UnitRowInfo] = {}
+    node = index = ""
+    for n, uuid, gi_index, tenants, at, seconds, cap, *unit in rows:
+        instance, profile = unit if gpu else ("", "")
+        key = instance if gpu else uuid
         if bucket_col is not None:
             bucket = at if isinstance(at, date) else date.fromisoformat(str(at))
         else:
             bucket = aware(at).astimezone(period.tz) if hourly else day_of(at)
         used[key][bucket] += Decimal(seconds or 0)
         capacity[key][bucket] += Decimal(cap or 0)
-
-    # Row labels and the tenants seen, one small DISTINCT query.
-    info: dict[str, UnitRowInfo] = {}
-    node = index = ""
-    meta = session.exec(
-        select(U.node, U.gpu_uuid, U.gpu_index, U.gpu_instance, U.mig_profile, U.tenants).where(*where).distinct()
-    )
-    for n, uuid, gi_index, instance, profile, tenants in meta:
-        key = instance if gpu else uuid
         row = info.get(key)
         if row is None:
             if gpu:
@@ -91,8 +88,7 @@ def unit_occupancy(*, session: Session, period: DateRange, pool: str, gpu: str |
                 label = f"GI {instance} · {profile}" if instance else "whole GPU"
             else:
                 label = f"{n} · GPU {gi_index}"
-            row = info[key] = UnitRowInfo(key=key, label=label)
-        row.mig = row.mig or bool(instance)
+            row = info[key] = UnitRowInfo(key=key, label=label, mig=bool(instance))
         for tenant in tenants.split(","):
             if tenant and tenant not in row.tenants:
                 row.tenants.append(tenant)

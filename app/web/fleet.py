@@ -13,14 +13,19 @@ from app.auth.deps import Staff
 from app.core.deps import SessionDep
 from app.http.templating import render
 from app.metrics.attribution import UNPOOLED
+from app.metrics.live import LiveCache
 from app.metrics.occupancy_read import occupancy
 from app.metrics.unit_read import tenant_memory_peaks, unit_occupancy
 from app.policy.service import active_document
 from app.review.impact import capacity_impact
 from app.web import heat
 from app.web.date_range_picker import range_context, resolve
+from app.web.overview_panels import data_version
 
 router = APIRouter(include_in_schema=False)
+# Per-unit aggregates of a long range scan every unit-hour of a pool: kept per (range, level, data version) for
+# 30 s like the overview's, and concurrent requests for them wait for one computation instead of each running it.
+UNIT_CACHE = LiveCache(ttl_s=30)
 # Fleet-wide capacity is not any one tenant's data: tenant members do not see this page (nav hides it too).
 
 
@@ -53,7 +58,10 @@ def fleet(request: Request, session: SessionDep, user: Staff, start: date | None
                  "note": f"{occ.gpus.get(p, '?')} GPUs" + (" · unpriced" if p == UNPOOLED else "")} for p in occ.pools]
         buckets, hourly, cells, totals = occ.buckets, occ.hourly, occ.cells, occ.totals
     else:
-        units = unit_occupancy(session=session, period=rc.period, pool=pool, gpu=gpu if level == "gpu" else None)
+        key = ("units", rc.period.start, rc.period.end, rc.period.tz.key, pool, gpu if level == "gpu" else None,
+               data_version(session))
+        units = UNIT_CACHE.get(key, lambda: unit_occupancy(session=session, period=rc.period, pool=pool,
+                                                           gpu=gpu if level == "gpu" else None))
         rows = [{"key": r.key, "label": r.label, "note": ", ".join(r.tenants) or "no holder",
                  "href": _link(rc, pool=pool, gpu=r.key) if level == "pool" else None} for r in units.rows]
         buckets, hourly, cells, totals = units.buckets, units.hourly, units.cells, units.totals
@@ -65,7 +73,8 @@ def fleet(request: Request, session: SessionDep, user: Staff, start: date | None
             nodes = [{"name": n, "mig": doc.isolation.mig.get(n)} for n in p.nodes]
             pools.append({"pool": p, "nodes": nodes, "gpus": len(p.nodes) * p.gpus_per_node,
                           "mig_nodes": sum(1 for n in nodes if n["mig"])})
-    peaks = tenant_memory_peaks(session=session, until=rc.now)
+    peaks = UNIT_CACHE.get(("peaks", rc.now.replace(minute=0, second=0, microsecond=0), data_version(session)),
+                           lambda: tenant_memory_peaks(session=session, until=rc.now))
     impact = capacity_impact(None, doc, measured_peaks=peaks) if doc is not None else None
     context = {
         "title": "Fleet",
