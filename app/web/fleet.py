@@ -11,10 +11,10 @@ from starlette.responses import Response
 
 from app.auth.deps import Staff
 from app.core.deps import SessionDep
-from app.http.templating import render
+from app.http.templating import render, templates
 from app.metrics.attribution import UNPOOLED
 from app.metrics.live import LiveCache
-from app.metrics.occupancy_read import occupancy
+from app.metrics.occupancy_read import HOURLY_MAX_DAYS, occupancy
 from app.metrics.unit_read import tenant_memory_peaks, unit_occupancy
 from app.policy.service import active_document
 from app.review.impact import capacity_impact
@@ -47,25 +47,32 @@ def _link(rc, **params) -> str:
     return "/fleet?" + urlencode({k: v for k, v in query.items() if v})
 
 
+def _heatmap(session, rc, level: str, pool: str | None, gpu: str | None) -> str:
+    """The heatmap section's HTML (a long range of a large pool is ~15,000 cells: rendered once, then cached)."""
+    if level == "fleet":
+        occ = occupancy(session=session, period=rc.period)
+        rows = [{"key": p, "label": p, "href": _link(rc, pool=p),
+                 "note": f"{occ.gpus.get(p, '?')} GPUs" + (" · unpriced" if p == UNPOOLED else "")} for p in occ.pools]
+    else:
+        occ = unit_occupancy(session=session, period=rc.period, pool=pool, gpu=gpu if level == "gpu" else None)
+        rows = [{"key": r.key, "label": r.label, "note": ", ".join(r.tenants) or "no holder",
+                 "href": _link(rc, pool=pool, gpu=r.key) if level == "pool" else None} for r in occ.rows]
+    context = {
+        "level": level, "pool_name": pool, "gpu_uuid": gpu, "occ": occ, "rows": rows, "buckets": occ.buckets,
+        "hourly": occ.hourly, "cells": occ.cells, "totals": occ.totals, "headers": _headers(occ.buckets, occ.hourly),
+        "cell_style": heat.cell_style, "legend_gradient": heat.legend_gradient(), "legend_ticks": heat.LEGEND_TICKS,
+        "fleet_href": _link(rc), "pool_href": _link(rc, pool=pool) if pool else None, "unpooled": UNPOOLED,
+    }
+    return templates.env.get_template("fleet/_heatmap.html").render(context)
+
+
 @router.get("/fleet")
 def fleet(request: Request, session: SessionDep, user: Staff, start: date | None = None, end: date | None = None,
           pool: str | None = None, gpu: str | None = None) -> Response:
     rc = resolve(start, end)
     level = "gpu" if pool and gpu else "pool" if pool else "fleet"
-    if level == "fleet":
-        occ = occupancy(session=session, period=rc.period)
-        rows = [{"key": p, "label": p, "href": _link(rc, pool=p),
-                 "note": f"{occ.gpus.get(p, '?')} GPUs" + (" · unpriced" if p == UNPOOLED else "")} for p in occ.pools]
-        buckets, hourly, cells, totals = occ.buckets, occ.hourly, occ.cells, occ.totals
-    else:
-        key = ("units", rc.period.start, rc.period.end, rc.period.tz.key, pool, gpu if level == "gpu" else None,
-               data_version(session))
-        units = UNIT_CACHE.get(key, lambda: unit_occupancy(session=session, period=rc.period, pool=pool,
-                                                           gpu=gpu if level == "gpu" else None))
-        rows = [{"key": r.key, "label": r.label, "note": ", ".join(r.tenants) or "no holder",
-                 "href": _link(rc, pool=pool, gpu=r.key) if level == "pool" else None} for r in units.rows]
-        buckets, hourly, cells, totals = units.buckets, units.hourly, units.cells, units.totals
-        occ = units
+    key = ("heatmap", rc.period.start, rc.period.end, rc.period.tz.key, level, pool, gpu, data_version(session))
+    heatmap_html = UNIT_CACHE.get(key, lambda: _heatmap(session, rc, level, pool, gpu))
     doc = active_document(session=session)
     pools = []
     if doc is not None:
@@ -80,21 +87,9 @@ def fleet(request: Request, session: SessionDep, user: Staff, start: date | None
         "title": "Fleet",
         "level": level,
         "pool_name": pool,
-        "gpu_uuid": gpu,
-        "occ": occ,
-        "rows": rows,
-        "buckets": buckets,
-        "hourly": hourly,
-        "cells": cells,
-        "totals": totals,
-        "headers": _headers(buckets, hourly),
-        "cell_style": heat.cell_style,
-        "legend_gradient": heat.legend_gradient(),
-        "legend_ticks": heat.LEGEND_TICKS,
-        "fleet_href": _link(rc),
-        "pool_href": _link(rc, pool=pool) if pool else None,
+        "hourly": (rc.period.end - rc.period.start).days + 1 <= HOURLY_MAX_DAYS,
+        "heatmap_html": heatmap_html,
         "pools": pools,
-        "unpooled": UNPOOLED,
         "mig_rows": impact["mig"] if impact else [],
         "memory_rows": impact["memory"] if impact else [],
         "reserve": doc.isolation.inference if doc else None,
