@@ -215,7 +215,9 @@ def live_fleet(reading: LiveReading, policy: PolicyDocument,
     units: dict[tuple, LiveUnit] = {}
     gpus: dict[tuple, LiveGpu] = {}
     occupancy: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    for m, t, v in series:
+    # In time order, so that for memory and power the newest sample wins (a pod's series and the free series
+    # may both lie in the minute).
+    for m, t, v in sorted(series, key=lambda item: item[1]):
         name = m.get("__name__", "")
         host, uuid = rules.host_of(m), m.get("UUID") or m.get("uuid", "")
         gpu = gpus.get((host, uuid))
@@ -230,7 +232,7 @@ def live_fleet(reading: LiveReading, policy: PolicyDocument,
             unit = units[(host, uuid, instance)] = LiveUnit(gpu_instance=instance, profile=m.get("GPU_I_PROFILE", ""))
             gpu.units.append(unit)
         if name == FB_USED:
-            unit.fb_used_mib = v
+            unit.fb_used_mib = v  # samples in time order: the newest is kept
         elif name == FB_FREE:
             unit.fb_total_mib = v  # completed below, once FB_USED is known
         else:

@@ -68,6 +68,9 @@ def test_live_view_follows_the_simulator(live_portal, browser):
     sim.hold(unit.index, (Pod("vision-probe-worker-0", "vision-train", "trainer", 90),), utcnow())
     expect(free).to_contain_text("vision", timeout=MINUTE_MS)  # within a minute of the change
     expect(free).to_contain_text("vision-probe-worker-0")
+    # Its memory is the pod's, not the free series' 0 still inside the last minute (the newest sample wins).
+    memory = page.locator(f'tr[data-uuid="{unit.gpu.uuid}"] td').nth(3)
+    expect(memory).to_contain_text(f"{unit.memory_mib * 92 // 100:,} / {unit.memory_mib:,} MiB", timeout=MINUTE_MS)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "fleet-live.png"), full_page=True)
     page.goto(f"{base}/fleet")
