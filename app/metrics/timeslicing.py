@@ -21,7 +21,7 @@ def split_time_sliced(series: list[tuple[OccupancySeries, dict[int, int]]], hold
                       dark: set[int], weight_of: Callable[[OccupancySeries], tuple[Fraction, Fraction]],
                       classify: Callable[[str], tuple[str, str]],
                       ) -> tuple[dict[tuple, Fraction], list[tuple[tuple, Fraction, Fraction]]]:
-    """(tenant, class, dark, minute end) -> GPU-seconds on one node, and (unit, billed, capacity) of units cut.
+    """(tenant, class, dark, minute end, namespace) -> GPU-seconds on one node, and (unit, billed, capacity) of units cut.
 
     `weight_of(series)` gives (seconds per sample, unit fraction); `classify(namespace)` gives (tenant, class).
     """
@@ -58,5 +58,5 @@ def split_time_sliced(series: list[tuple[OccupancySeries, dict[int, int]]], hold
         total = sum(held.values(), Fraction(0))
         for (namespace, _pod), n in held.items():
             tenant, klass = classify(namespace)
-            out[(tenant, klass, t in dark, t)] += seconds * n / total
+            out[(tenant, klass, t in dark, t, namespace)] += seconds * n / total
     return out, cuts

@@ -112,6 +112,20 @@ class UsageRow:
 
 
 @dataclass(frozen=True)
+class NamespaceRow:
+    """The part of one `UsageRow` a namespace used: a row's namespaces add up to its GPU-seconds exactly."""
+
+    pool: str
+    namespace: str
+    tenant: str
+    klass: str
+    dark: bool
+    gpu_seconds: Decimal  # micro-GPU-seconds, split so the row's namespaces sum to the row
+    activity_sum: float = 0.0
+    activity_samples: int = 0
+
+
+@dataclass(frozen=True)
 class ModelEnergy:
     model: str
     gpus: int
@@ -158,3 +172,4 @@ class HourRollup:
     # (service, service tenant, pool) -> minutes whose P99 bucket straddles the red line: not billed, shown
     unresolved: dict[tuple[str, str, str], int] = field(default_factory=dict)
     findings: list[DataFinding] = field(default_factory=list)
+    namespaces: list[NamespaceRow] = field(default_factory=list)  # `usage` per namespace
