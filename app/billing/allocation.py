@@ -21,6 +21,7 @@ tenant's namespaces add up to its tenant row. Pure below `allocation()` (the one
 from __future__ import annotations
 
 import re
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -44,9 +45,11 @@ from app.core.settings import get_settings
 from app.core.timeutil import SECONDS_PER_HOUR, epoch, utcnow
 from app.metrics.date_ranges import MAX_RANGE_DAYS, DateRange
 from app.metrics.efficiency import mean_activity
+from app.metrics.ingestion_health import ingestion_version
 from app.metrics.namespace_read import NamespaceCell, capacity_by_pool, namespace_cells
 from app.metrics.usage_read import departments_at
 from app.policy.document import UNALLOCATED
+from app.policy.service import highest_version_number
 
 AGGREGATES = ("tenant", "department", "pool", "class", "namespace")
 ALLOCATED, UNALLOCATED_ROW, IDLE, ADJUSTMENT, TOTAL = "allocated", "unallocated", "idle", "adjustment", "total"
@@ -329,12 +332,28 @@ def _stored_lines(session: Session, period: BillingPeriod, viewer: Viewer | None
     return [CostLine(a, p, k, c, Decimal(str(amount))) for a, p, k, c, amount in session.execute(stmt)]
 
 
+# Rating a month so far costs about a second per 1,000 GPUs, and the explorer's default window is this
+# month to date: an estimate is kept per (span, data version) for ESTIMATE_TTL_S, per process. The lines
+# are everyone's; a viewer's are filtered from them. The data version changes with every ingested hour
+# and every policy version, so a cached estimate is never older than the rollups it priced.
+ESTIMATE_TTL_S = 30.0
+ESTIMATE_MAX = 16
+_ESTIMATES: dict[tuple, tuple[float, str | None, list[CostLine]]] = {}
+
+
 def _estimated_lines(session: Session, part: MonthPart, visible: frozenset[str] | None) -> tuple[str | None, list[CostLine]]:
-    result = rate_period(load_hours(session=session, start=part.start, end=part.end),
-                         period_start=epoch(part.start), period_end=epoch(part.end))
-    lines = [CostLine(line.account, line.pool, line.kind, line.klass, line.amount) for line in result.lines
-             if visible is None or line.account in visible]
-    return (result.currency if result.lines else None), lines
+    key = (str(session.get_bind().engine.url), part.start, part.end, *ingestion_version(session),
+           highest_version_number(session=session))
+    hit = _ESTIMATES.get(key)
+    if hit is None or time.monotonic() - hit[0] >= ESTIMATE_TTL_S:
+        result = rate_period(load_hours(session=session, start=part.start, end=part.end),
+                             period_start=epoch(part.start), period_end=epoch(part.end))
+        lines = [CostLine(line.account, line.pool, line.kind, line.klass, line.amount) for line in result.lines]
+        if len(_ESTIMATES) >= ESTIMATE_MAX:
+            _ESTIMATES.clear()
+        hit = _ESTIMATES[key] = (time.monotonic(), result.currency if result.lines else None, lines)
+    _, currency, lines = hit
+    return currency, [line for line in lines if visible is None or line.account in visible]
 
 
 class _Only:

@@ -24,7 +24,7 @@ from app.billing.types import CHARGE_KINDS, PLATFORM, LineKind
 from app.core.errors import Invalid
 from app.core.timeutil import epoch
 from app.metrics.namespace_read import NOT_RECORDED
-from tests.support.billing import EXAMPLE_USAGE, POOL, add_namespaces, fill_month, month_hours, store_policy
+from tests.support.billing import EXAMPLE_USAGE, POOL, add_hour, add_namespaces, fill_month, month_hours, store_policy
 from tests.support.routes import VISION_MEMBER
 
 UTC_TZ = UTC
@@ -167,3 +167,12 @@ def test_platform_lines_never_reach_a_tenant_row(session, november):
     result = allocation(session=session, window=window("2026-11"), aggregate="tenant", viewer=None)
     assert PLATFORM not in {r.name for r in result.rows}
     assert timedelta(days=30) == result.window.end_utc - result.window.start_utc
+
+
+def test_a_newly_ingested_hour_shows_in_the_next_estimate(session, november):
+    """Estimates are cached per data version: an hour ingested since is priced on the next read."""
+    before = allocation(session=session, window=window("2026-12-01,2026-12-02"), aggregate="tenant", viewer=None)
+    assert before.rows == [] and before.total.cost == 0
+    add_hour(session, hour=datetime(2026, 12, 1, 5, tzinfo=UTC), version=november.id, usage=USAGE, gpus=3, breaches=())
+    after = allocation(session=session, window=window("2026-12-01,2026-12-02"), aggregate="tenant", viewer=None)
+    assert after.total.cost == Decimal("3.90")  # one hour of 3 A100s at 1.30
