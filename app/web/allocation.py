@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import date
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
 from app.auth.deps import CurrentUser
@@ -29,45 +30,45 @@ router = APIRouter(include_in_schema=False)
 AGGREGATE_LABELS = {"tenant": "Tenant", "department": "Department", "pool": "Pool", "class": "Class", "namespace": "Namespace"}
 
 
-def _explore(session, user, start: date | None, end: date | None, aggregate: str, tenant: str):
+@dataclass
+class ExplorerQuery:
+    """The explorer's parameters, the page's and the CSV's alike (the CSV is exactly the page's rows)."""
+
+    start: date | None = None
+    end: date | None = None
+    aggregate: Annotated[str, Query(max_length=20)] = "tenant"
+    tenant: Annotated[str, Query(max_length=200)] = ""
+
+
+Explorer = Annotated[ExplorerQuery, Depends()]
+
+
+def _explore(session, user, q: ExplorerQuery):
     """The window (default: this month to date, whole days in the billing time zone) and its allocation."""
     today, tz = billing_today()
-    window = window_of(start or (end or today).replace(day=1), end or today, tz=tz, path="query.start")
+    window = window_of(q.start or (q.end or today).replace(day=1), q.end or today, tz=tz, path="query.start")
     rc = RangeContext(period=window, now=utcnow(), today=today, timezone=get_settings().billing_timezone)
-    return rc, allocation(session=session, window=window, aggregate=check_aggregate(aggregate), viewer=user, tenant=tenant)
+    return rc, allocation(session=session, window=window, aggregate=check_aggregate(q.aggregate), viewer=user,
+                          tenant=q.tenant)
 
 
 @router.get("/allocation")
-def allocation_page(
-    request: Request,
-    session: SessionDep,
-    user: CurrentUser,
-    start: date | None = None,
-    end: date | None = None,
-    aggregate: Annotated[str, Query(max_length=20)] = "tenant",
-    tenant: Annotated[str, Query(max_length=200)] = "",
-) -> Response:
-    rc, result = _explore(session, user, start, end, aggregate, tenant)
-    query = {"start": rc.period.start.isoformat(), "end": rc.period.end.isoformat(), "aggregate": aggregate, "tenant": tenant}
+def allocation_page(request: Request, session: SessionDep, user: CurrentUser, q: Explorer) -> Response:
+    rc, result = _explore(session, user, q)
+    query = {"start": rc.period.start.isoformat(), "end": rc.period.end.isoformat(), "aggregate": q.aggregate,
+             "tenant": q.tenant}
     context = {
         "title": "Allocation",
         "a": result,
         "aggregates": [(key, AGGREGATE_LABELS[key]) for key in AGGREGATES],
         "query": query,
-        **range_context(request, rc, keep={"aggregate": aggregate, "tenant": tenant}),
+        **range_context(request, rc, keep={"aggregate": q.aggregate, "tenant": q.tenant}),
     }
     return render(request, "allocation/index.html", context)
 
 
 @router.get("/allocation.csv")
-def allocation_csv(
-    session: SessionDep,
-    user: CurrentUser,
-    start: date | None = None,
-    end: date | None = None,
-    aggregate: Annotated[str, Query(max_length=20)] = "tenant",
-    tenant: Annotated[str, Query(max_length=200)] = "",
-) -> Response:
-    _, result = _explore(session, user, start, end, aggregate, tenant)
+def allocation_csv(session: SessionDep, user: CurrentUser, q: Explorer) -> Response:
+    _, result = _explore(session, user, q)
     return Response(as_csv(result), media_type="text/csv; charset=utf-8",
                     headers={"Content-Disposition": f'attachment; filename="{csv_filename(result)}"'})
