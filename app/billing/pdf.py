@@ -6,13 +6,17 @@ are reproducible and the stored hash stays valid.
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
+from functools import cache
+from pathlib import Path
 
 from fpdf import FPDF
-from fpdf.enums import XPos, YPos
+from fpdf.enums import TextEmphasis, XPos, YPos
 
 from app.billing.invoices import PeriodView, invoice_summaries, platform_statement, tenant_invoice
 from app.billing.types import LineKind
+from app.http.numbers import exact_number
 
 LABELS = {
     LineKind.IDLE: "Idle capacity",
@@ -22,9 +26,45 @@ LABELS = {
 }
 
 
+# Embedded Unicode fonts (subsets), found by path: DejaVu Sans covers Latin, Greek, Cyrillic and
+# Arabic; WenQuanYi Micro Hei (the smallest Debian font with Chinese) covers CJK. fpdf2 falls back
+# per character run to the font that has the glyph. (family, style, Debian package, file names)
+FONT_DIRS = (Path("/usr/share/fonts/truetype"), Path("/usr/local/share/fonts"))
+TEXT_FONT = "DejaVu"
+FONTS = (
+    (TEXT_FONT, "", "fonts-dejavu-core", ("dejavu/DejaVuSans.ttf",)),
+    (TEXT_FONT, "B", "fonts-dejavu-core", ("dejavu/DejaVuSans-Bold.ttf",)),
+)
+# Registered on a document's first glyph DejaVu lacks: parsing the 5 MB CJK font takes ~2 s.
+FALLBACK_FONTS = (("WQYMicroHei", "", "fonts-wqy-microhei", ("wqy/wqy-microhei.ttc",)),)
+# Scripts that need shaping and bidi (Arabic, Hebrew, Syriac, Thaana, N'Ko): HarfBuzz (uharfbuzz)
+# runs only for text that has them, so Latin-only documents keep their bytes and speed.
+_COMPLEX = re.compile("[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufeff]")
+
+
+class FontMissing(RuntimeError):
+    """A PDF font file is not installed (the message names the Debian package that ships it)."""
+
+
+@cache
+def font_path(package: str, names: tuple[str, ...]) -> Path:
+    """The first of `names` found under FONT_DIRS, or FontMissing naming the package to install."""
+    for directory in FONT_DIRS:
+        for name in names:
+            if (directory / name).is_file():
+                return directory / name
+    tried = ", ".join(str(d / n) for d in FONT_DIRS for n in names)
+    raise FontMissing(f"PDF font not found (tried {tried}): install the Debian package {package}")
+
+
+def _register_fonts(doc: FPDF, fonts=FONTS) -> None:
+    for family, style, package, names in fonts:
+        doc.add_font(family, style, str(font_path(package, names)))
+
+
 def _text(value: object) -> str:
-    # Core fonts are Latin-1 only; anything else becomes '?' rather than failing the export.
-    return str(value).encode("latin-1", "replace").decode("latin-1")
+    """Any value as cell text (the embedded fonts print every script; nothing becomes '?')."""
+    return str(value)
 
 
 def _money(value: Decimal, currency: str) -> str:
@@ -34,9 +74,25 @@ def _money(value: Decimal, currency: str) -> str:
 class _Doc(FPDF):
     def __init__(self, title: str):
         super().__init__(orientation="P", unit="mm", format="A4")
+        _register_fonts(self)
+        self.has_fallbacks = False
         self.doc_title = title
         self.set_auto_page_break(auto=True, margin=15)
         self.set_margins(12, 12, 12)
+
+    def set_font(self, family: str | None = None, style: str | TextEmphasis = "", size: float = 0) -> None:
+        """Every text uses the embedded Unicode font, whatever family a layout names (no core fonts)."""
+        super().set_font(TEXT_FONT, "B" if TextEmphasis.B in TextEmphasis.coerce(style) else "", size)
+
+    def cell(self, *args, **kwargs):
+        """A cell; text in a right-to-left or joining script is shaped (HarfBuzz) and reordered (bidi)."""
+        text = str(kwargs.get("text", args[2] if len(args) > 2 else "") or "")
+        if not self.has_fallbacks and not set(map(ord, text)) <= self.fonts[TEXT_FONT.lower()].cmap.keys():
+            _register_fonts(self, FALLBACK_FONTS)
+            self.set_fallback_fonts([family for family, *_ in FALLBACK_FONTS], exact_match=False)
+            self.has_fallbacks = True
+        self.set_text_shaping(bool(_COMPLEX.search(text)))
+        return super().cell(*args, **kwargs)
 
     def footer(self) -> None:
         self.set_y(-12)
@@ -155,19 +211,44 @@ def render_pdf(view: PeriodView) -> bytes:
     return bytes(doc.output())
 
 
+def _num(value: Decimal | None, *, trim: bool = True) -> str:
+    return "-" if value is None else exact_number(value, trim=trim, separators=False)
+
+
 def _invoice_page(doc: _Doc, view: PeriodView, tenant: str) -> None:
     period, cur = view.period, view.period.currency
     inv = tenant_invoice(view, tenant)
+    dates, cov = inv["billing_dates"], inv["coverage"]
     doc.add_page()
-    doc.heading(f"Invoice {period.month} - tenant {tenant}", 14)
-    doc.line_text(f"Department: {inv['department'] or '-'}    Status: {period.status}    Currency: {cur}")
+    doc.heading(f"Invoice {period.month} - tenant {tenant}" + ("" if inv["final"] else " - DRAFT"), 14)
+    doc.line_text(f"Department: {inv['department'] or '-'}    Status: {inv['status_label']}    Currency: {cur}")
+    doc.line_text(f"Billing period: {dates['first_day']} to {dates['last_day']} ({dates['start_local']} to "
+                  f"{dates['end_local']}, {dates['timezone']}, end exclusive)")
+    doc.line_text(f"Coverage: {cov['hours_measured']} of {cov['hours_in_month']} hours of the month measured"
+                  + ("" if cov["complete"] else " - PARTIAL"))
+    doc.line_text("Amounts: hours summed exactly, rounded once half-even to the cent; quantity x unit rate, rounded "
+                  "half-even, = amount.")
     doc.ln(2)
+    rows: list[list[str]] = []
+    for group in inv["groups"]:
+        rows.append([f"{group['label']}", "", "", "", "", "", _money(group["subtotal"], cur)])
+        for l in (line for line in inv["lines"] if line["group"] == group["group"]):
+            unit = "min" if l["unit"] == "breach-minute" else "GPU-h"
+            rows.append([
+                "  " + l["kind"].replace("_", " ") + (" (correction)" if l["correction"] else ""), l["pool"],
+                l["class"] + (f" {l['service']}" if l["service"] else ""), str(l["policy_version"]),
+                f"{_num(l['quantity'])} {unit}", _num(l["unit_rate"], trim=False), _money(l["amount"], cur),
+            ])
+            if l["dark_multiplier"] is not None:
+                rows.append([f"    at full rate {_money(l['undiscounted_amount'], cur)} x dark-time multiplier "
+                             f"{_num(l['dark_multiplier'])} = {_money(l['amount'], cur)}; discount "
+                             f"{_money(l['discount'], cur)}", "", "", "", "", "", ""])
+            if l["policy_rate"] is not None:
+                rows.append([f"    penalty {_money(l['policy_rate'], cur)} per breach minute (policy v{l['policy_version']})",
+                             "", "", "", "", "", ""])
     doc.table(
-        [40, 30, 22, 26, 10, 24, 34], ["Line", "Pool", "Class", "Service", "Ver", "Quantity", "Amount"],
-        [[l["kind"] + (" (correction)" if l["correction"] else ""), l["pool"], l["class"], l["service"],
-          str(l["policy_version"]), f"{l['quantity']:.4f} {'min' if l['unit'] == 'breach-minute' else 'GPU-h'}",
-          _money(l["amount"], cur)] for l in inv["lines"]],
-        right={5, 6},
+        [40, 26, 32, 10, 30, 22, 26], ["Line", "Pool", "Class / service", "Ver", "Quantity", "Unit rate", "Amount"],
+        rows, right={4, 5, 6},
     )
     doc.table(
         [50, 30, 30, 30, 46], ["Pool", "Class", "Busy GPU-h", "Dark GPU-h", "Efficiency"],
@@ -180,4 +261,4 @@ def _invoice_page(doc: _Doc, view: PeriodView, tenant: str) -> None:
     doc.line_text(f"Penalties paid: {_money(inv['penalties_paid'], cur)}    "
                   f"Credits received: {_money(inv['credits_received'], cur)}")
     doc.set_font("Helvetica", "B", 11)
-    doc.cell(0, 8, _text(f"Total due: {_money(inv['total'], cur)}"), new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+    doc.cell(0, 8, _text(f"{inv['total_label']}: {_money(inv['total'], cur)}"), new_x=XPos.LMARGIN, new_y=YPos.NEXT)
