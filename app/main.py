@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from app.api import allocation as api_allocation
 from app.api import billing as api_billing
 from app.api import directory as api_directory
 from app.api import policy as api_policy
@@ -16,6 +17,7 @@ from app.auth.sessions import CsrfCookieMiddleware, csrf_context
 from app.core.resources import resource_path
 from app.http import problems, templating
 from app.http.limits import InputLimitsMiddleware
+from app.web import allocation as web_allocation
 from app.web import billing as web_billing
 from app.web import doctor as web_doctor
 from app.web import fleet as web_fleet
@@ -57,6 +59,7 @@ def create_app() -> FastAPI:
     app.include_router(api_system.router)
     app.include_router(api_billing.router, prefix="/api/v1")
     app.include_router(api_usage.router, prefix="/api/v1")
+    app.include_router(api_allocation.router, prefix="/api/v1")
     app.include_router(api_policy.router, prefix="/api/v1")
     app.include_router(api_review.router, prefix="/api/v1")
     app.include_router(api_directory.router, prefix="/api/v1")
@@ -68,6 +71,7 @@ def create_app() -> FastAPI:
     app.include_router(web_billing.report_router)  # before web_billing.router: see there
     app.include_router(web_billing.router)
     app.include_router(web_tenants.router)
+    app.include_router(web_allocation.router)
     app.include_router(web_fleet.router)
     app.include_router(web_fleet_live.router)
     app.include_router(web_sla.router)

@@ -28,6 +28,7 @@ from app.metrics.models import (
     DataQualityFinding,
     IngestHour,
     IngestStatus,
+    NamespaceUsage,
     PoolHourModel,
     PoolHourRollup,
     SlaUnresolvedHour,
@@ -195,7 +196,8 @@ def replace_hour(session: Session, rollup: HourRollup, version_id: int) -> None:
     hour = from_epoch(rollup.hour)
     breach_ids = select(BreachMinuteRollup.id).where(BreachMinuteRollup.hour == hour)
     session.execute(delete(BreachShare).where(BreachShare.breach_id.in_(breach_ids)))
-    for table in (BreachMinuteRollup, UsageRollup, PoolHourModel, PoolHourRollup, SlaUnresolvedHour, DataQualityFinding):
+    for table in (BreachMinuteRollup, UsageRollup, NamespaceUsage, PoolHourModel, PoolHourRollup, SlaUnresolvedHour,
+                  DataQualityFinding):
         session.execute(delete(table).where(table.hour == hour))
     replace_unit_hours(session, hour, rollup, version_id)
     # Plain executemany inserts: building ORM objects for thousands of rows costs more than the writes.
@@ -205,6 +207,13 @@ def replace_hour(session: Session, rollup: HourRollup, version_id: int) -> None:
              "gpu_seconds": u.gpu_seconds, "activity_sum": u.activity_sum, "activity_samples": u.activity_samples,
              "policy_version_id": version_id}
             for u in rollup.usage
+        ])
+    if rollup.namespaces:
+        session.execute(insert(NamespaceUsage), [
+            {"hour": hour, "pool": n.pool, "namespace": n.namespace, "tenant": n.tenant, "klass": n.klass,
+             "dark": n.dark, "gpu_seconds": n.gpu_seconds, "activity_sum": n.activity_sum,
+             "activity_samples": n.activity_samples}
+            for n in rollup.namespaces
         ])
     if rollup.pools:
         session.execute(insert(PoolHourRollup), [

@@ -51,6 +51,28 @@ class UsageRollup(SQLModel, table=True):
     policy_version_id: int = Field(foreign_key="policy_version.id")
 
 
+class NamespaceUsage(SQLModel, table=True):
+    """A `usage_rollup` row split by namespace (SPEC section 4: unallocated use traced to its namespaces).
+
+    The namespaces of one (hour, pool, tenant, class, dark) add up to that usage row exactly. Hours
+    ingested before this table existed have no rows: readers show them as NOT_RECORDED.
+    """
+
+    __tablename__ = "namespace_usage"
+    __table_args__ = (UniqueConstraint("hour", "pool", "namespace", "tenant", "klass", "dark", name="uq_namespace_usage_key"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    hour: datetime = Field(index=True)
+    pool: str
+    namespace: str
+    tenant: str = Field(index=True)
+    klass: str
+    dark: bool
+    gpu_seconds: Decimal = Field(sa_column=Column(GPU_SECONDS, nullable=False))
+    activity_sum: float = 0.0
+    activity_samples: int = 0
+
+
 class PoolHourRollup(SQLModel, table=True):
     __tablename__ = "pool_hour"
 

@@ -21,8 +21,8 @@ def split_time_sliced(series: list[tuple[OccupancySeries, dict[int, int]]], hold
                       dark: set[int], weight_of: Callable[[OccupancySeries], tuple[Fraction, Fraction]],
                       classify: Callable[[str], tuple[str, str]],
                       ) -> tuple[dict[tuple, Fraction], list[tuple[tuple, Fraction, Fraction]], dict[tuple, Fraction]]:
-    """(tenant, class, dark, minute end) -> GPU-seconds on one node, (unit, billed, capacity) of units cut, and
-    unit -> GPU-seconds it carried (after the cut).
+    """(tenant, class, dark, minute end, namespace) -> GPU-seconds on one node, (unit, billed, capacity) of units
+    cut, and unit -> GPU-seconds it carried (after the cut).
 
     `weight_of(series)` gives (seconds per sample, unit fraction); `classify(namespace)` gives (tenant, class).
     """
@@ -61,5 +61,5 @@ def split_time_sliced(series: list[tuple[OccupancySeries, dict[int, int]]], hold
         total = sum(held.values(), Fraction(0))
         for (namespace, _pod), n in held.items():
             tenant, klass = classify(namespace)
-            out[(tenant, klass, t in dark, t)] += seconds * n / total
+            out[(tenant, klass, t in dark, t, namespace)] += seconds * n / total
     return out, cuts, carried

@@ -133,6 +133,20 @@ class UnitRow:
 
 
 @dataclass(frozen=True)
+class NamespaceRow:
+    """The part of one `UsageRow` a namespace used: a row's namespaces add up to its GPU-seconds exactly."""
+
+    pool: str
+    namespace: str
+    tenant: str
+    klass: str
+    dark: bool
+    gpu_seconds: Decimal  # micro-GPU-seconds, split so the row's namespaces sum to the row
+    activity_sum: float = 0.0
+    activity_samples: int = 0
+
+
+@dataclass(frozen=True)
 class ModelEnergy:
     model: str
     gpus: int
@@ -180,3 +194,4 @@ class HourRollup:
     unresolved: dict[tuple[str, str, str], int] = field(default_factory=dict)
     findings: list[DataFinding] = field(default_factory=list)
     units: list[UnitRow] = field(default_factory=list)  # per GPU unit (unit_hour)
+    namespaces: list[NamespaceRow] = field(default_factory=list)  # `usage` per namespace

@@ -55,6 +55,9 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/overview/sla"): SIGNED_IN,
     # billing and usage (tenant members: only their own tenants, others answered 404)
     ("GET", "/api/v1/usage"): SIGNED_IN,
+    ("GET", "/api/v1/allocation"): SIGNED_IN,
+    ("GET", "/allocation"): SIGNED_IN,
+    ("GET", "/allocation.csv"): SIGNED_IN,
     ("GET", "/api/v1/periods"): SIGNED_IN,
     ("GET", "/api/v1/periods/{period}/invoices"): SIGNED_IN,
     ("GET", "/api/v1/periods/{period}/invoices/{tenant}"): SIGNED_IN,
