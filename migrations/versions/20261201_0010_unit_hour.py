@@ -1,7 +1,7 @@
 """per-unit hourly rollups: each GPU and MIG instance's GPU-seconds, holders, activity and FB_USED peak (issue 13)
 
 Revision ID: 0010
-Revises: 0008 (another branch adds 0009 in parallel; the lead re-chains this onto it at merge)
+Revises: 0009 (namespace_usage)
 Create Date: 2026-12-01 05:00:00
 """
 
