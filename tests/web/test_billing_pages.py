@@ -23,8 +23,8 @@ def test_pages_show_periods_invoices_and_statement(api, fresh_engine):
     assert rated.status_code == 303 and rated.headers["location"] == "/billing/2026-10"
     page = api.get("/billing/2026-10", headers=HTML)
     assert page.status_code == 200
-    for text in ("Billing period 2026-10", "rated", "/billing/2026-10/vision", "Platform statement", "conserved",
-                 "format=focus", "Finalize 2026-10"):
+    for text in ("Billing period 2026-10", "rated", "/billing/2026-10/vision", "Platform statement", "Every cent billed?",
+                 "Cost of the pool (capacity × price)", "format=focus", "Review and finalize 2026-10", "Before you finalize"):
         assert text in page.text, text
 
     invoice = api.get("/billing/2026-10/vision", headers=HTML)
@@ -38,11 +38,16 @@ def test_close_form_and_tenant_isolation(api, fresh_engine):
         fill_month(s, "2026-10", v.id, gap={3})
     api.post("/billing/2026-10/rate", headers=HTML, data={})
     refused = api.post("/billing/2026-10/close", headers=HTML, data={})
-    assert refused.status_code == 409 and "1 gap hour" in refused.text
-    closed = api.post("/billing/2026-10/close", headers=HTML, data={"accept_gaps": "true", "reason": "node reboot"})
-    assert closed.status_code == 303
-    page = api.get("/billing/2026-10", headers=HTML).text
-    assert "finalized" in page and "node reboot" in page and "Finalize 2026-10" not in page
+    assert refused.status_code == 409 and "1 hour Prometheus could not answer" in refused.text
+    assert 'id="close-form"' in refused.text and "--accept-gaps" not in refused.text  # the form again, no CLI flags
+    confirm = api.post("/billing/2026-10/close", headers=HTML, data={"accept_gaps": "true", "reason": "node reboot"})
+    assert confirm.status_code == 200 and "Yes, finalize 2026-10" in confirm.text
+    closed = api.post("/billing/2026-10/close", headers=HTML,
+                      data={"accept_gaps": "true", "reason": "node reboot", "confirmed": "true"})
+    assert closed.status_code == 303 and closed.headers["location"] == "/billing/2026-10?closed=1"
+    page = api.get(closed.headers["location"], headers=HTML).text
+    assert "finalized" in page and "node reboot" in page and "finalize 2026-10" not in page
+    assert "2026-10 is finalized." in page and "SHA-256 of the exports" in page
 
     api.as_(VISION_MEMBER)
     page = api.get("/billing/2026-10", headers=HTML).text
