@@ -18,8 +18,8 @@ from starlette.responses import Response
 from app.api.schemas.billing import Correction, Invoice, InvoiceList, PeriodChecklist, PeriodSummary, Statement
 from app.auth.deps import CurrentUser, Finance, IdempotencyDep, Staff
 from app.billing import exports, periods
-from app.billing.invoices import load_view, platform_statement, tenant_invoice
 from app.billing.checklist import checklist_payload
+from app.billing.invoices import load_view, platform_statement, tenant_invoice
 from app.billing.period import parse_period, rated_period, require_started
 from app.billing.totals import department_rollup, tenant_totals
 from app.core.deps import SessionDep

@@ -14,8 +14,8 @@ from starlette.responses import RedirectResponse, Response
 
 from app.auth.deps import CurrentUser, Finance, Principal
 from app.billing import exports, periods
-from app.billing.invoices import invoice_summaries, load_view, platform_statement, tenant_invoice
 from app.billing.checklist import period_checklist, period_coverage
+from app.billing.invoices import invoice_summaries, load_view, platform_statement, tenant_invoice
 from app.billing.models import PeriodStatus
 from app.billing.period import get_period, parse_period, rated_period, require_started
 from app.core.deps import SessionDep
