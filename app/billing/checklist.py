@@ -3,8 +3,7 @@
 `checklist(state)` is a pure function of the period's state (`CloseState`, read by `close_state`), so the
 period page, the API and the tests see one answer. Each item says in plain words what to do: a button on
 the period page or an acceptance with a reason, never a command-line flag. The period page refuses a
-close while an item blocks it, unless the close accepts that item with a reason (as `periods.close` does; the
-page also refuses to finalize a month that has not ended).
+close while an item blocks it unless the close accepts that item with a reason, exactly as `periods.close` does.
 """
 
 from __future__ import annotations
@@ -78,7 +77,7 @@ class Checklist:
 
     @property
     def blocked(self) -> bool:
-        """Blocked for good: a block no acceptance lifts (the month has not ended)."""
+        """Blocked for good: a block no acceptance lifts (none today; the page then offers no Finalize)."""
         return any(i.status == ItemStatus.BLOCKS and not i.accept for i in self.items)
 
     @property
@@ -118,8 +117,11 @@ def _coverage_item(state: CloseState) -> ChecklistItem:
     if c.in_progress:
         return ChecklistItem(
             "coverage", title, ItemStatus.BLOCKS,
-            detail + f"; the month has not ended ({_plural(c.total - c.hours, 'hour')} still to come).",
-            "Close the month after it has ended and its last hours are ingested.",
+            detail + f"; the month has not ended ({_plural(c.total - c.hours, 'hour')} still to come, never billed "
+            "once it is closed).",
+            "Close the month after it has ended and its last hours are ingested; to close it now anyway, tick "
+            "\u201cAccept the missing hours\u201d below and give a reason.",
+            accept="accept_gaps",
         )
     if c.partial:
         parts = []

@@ -41,7 +41,7 @@ def test_a_whole_rated_month_is_ready_and_every_item_ok():
     (Coverage(hours=744, ok=2, gaps=0, expected=744), ItemStatus.BLOCKS, "accept_gaps", "742 hours never ingested"),
     (Coverage(hours=744, ok=743, gaps=1, expected=744), ItemStatus.BLOCKS, "accept_gaps",
      "1 hour Prometheus could not answer"),
-    (Coverage(hours=300, ok=300, gaps=0, expected=744), ItemStatus.BLOCKS, None, "444 hours still to come"),
+    (Coverage(hours=300, ok=300, gaps=0, expected=744), ItemStatus.BLOCKS, "accept_gaps", "444 hours still to come"),
 ])
 def test_coverage_item(coverage, status, accept, words):
     got = item(replace(RATED, coverage=coverage), "coverage")
@@ -57,10 +57,12 @@ def test_missing_hours_block_until_accepted_with_a_reason():
     assert result.refusal(accept_gaps=True, accept_unpooled=False, reason="exporter outage") == {}
 
 
-def test_a_month_not_ended_blocks_for_good():
+def test_a_month_not_ended_blocks_unless_its_missing_hours_are_accepted():
+    """As `periods.close`: the hours still to come count as missing; closing early needs the acceptance."""
     result = checklist(replace(RATED, coverage=Coverage(hours=300, ok=300, gaps=0, expected=744)))
-    assert result.blocked and result.needs == []
-    assert set(result.refusal(accept_gaps=True, accept_unpooled=True, reason="early")) == {"period"}
+    assert not result.blocked and result.needs == ["accept_gaps"]
+    assert set(result.refusal(accept_gaps=False, accept_unpooled=False, reason="")) == {"accept_gaps"}
+    assert result.refusal(accept_gaps=True, accept_unpooled=False, reason="closing the running month") == {}
 
 
 def test_unpooled_item():

@@ -158,3 +158,13 @@ def test_sparkline_breaks_at_missing_days():
     d = sparkline([Decimal(1), None, Decimal(2), Decimal(2)], width=30)
     assert d.startswith("M0.0,") and " h0 M20.0," in d and " L30.0," in d  # a dot, a gap, a line
     assert "0.0,26.0" not in d  # the missing day is not drawn at zero (y = 26)
+
+
+async def test_sla_chart_draws_days_without_ingested_hours_as_null(client, session):
+    v = store_policy(session)
+    fill_month(session, "2026-10", v.id, skip=set(range(24, 48)))  # the first hour carries 2 breach minutes
+    session.commit()
+    sign_in(client, session, make_user(session, "vic", "viewer"))
+    page = (await client.get("/sla?start=2026-10-01&end=2026-10-03")).text
+    [dataset] = _json(page, "sla-daily-data")["datasets"]
+    assert dataset["label"] == "search-chat" and dataset["data"] == [2, None, 0]
