@@ -115,7 +115,7 @@ async def test_tenants_page_suppresses_change_against_a_partial_baseline_and_gap
     session.commit()
     sign_in(client, session, make_user(session, "vic", "viewer"))
     page = (await client.get("/tenants?start=2026-10-08&end=2026-10-14")).text
-    assert 'id="baseline-partial"' in page and "hold only 3 of 168 hours" in page
+    assert 'id="baseline-partial"' in page and "hold only 3 of 168 ingested hours" in page
     assert 'class="change-' not in page  # no change figure in any row
     assert "144 of 168 hours" in page  # the range's own badge (10 October missing)
     path = re.search(r'aria-label="GPU-hours per day for vision; gaps are days with no ingested hour"><path d="([^"]+)"',
