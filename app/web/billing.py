@@ -25,6 +25,7 @@ from app.http.htmx import is_htmx
 from app.http.templating import render
 
 router = APIRouter(include_in_schema=False)
+MAX_REASON = 2000  # as the API's CloseRequest.reason
 
 
 def _is_finance(user: Principal) -> bool:
@@ -121,7 +122,7 @@ def billing_close(
     user: Finance,
     accept_gaps: Annotated[bool, Form()] = False,
     accept_unpooled: Annotated[bool, Form()] = False,
-    reason: Annotated[str, Form(max_length=2000)] = "",
+    reason: Annotated[str, Form()] = "",
     confirmed: Annotated[bool, Form()] = False,
 ) -> Response:
     """Check the close against the checklist, then ask for confirmation, then finalize.
@@ -132,6 +133,8 @@ def billing_close(
     require_started(p)
     form = {"accept_gaps": accept_gaps, "accept_unpooled": accept_unpooled, "reason": reason}
     refusal = period_checklist(session=session, period=p, now=utcnow()).refusal(**form)
+    if len(reason) > MAX_REASON:
+        refusal["reason"] = f"Keep the reason under {MAX_REASON:,} characters (it is {len(reason):,})."
     if refusal:
         return _refused(request, session, user, p, form, refusal)
     if not confirmed:

@@ -114,6 +114,8 @@ def test_refused_close_keeps_the_input_and_says_why_beside_the_field(api, fresh_
     assert refused.status_code == 422
     assert 'id="reason-error"' in refused.text and "Give a reason" in refused.text
     assert re.search(r'name="accept_gaps" value="true" checked', refused.text)
+    too_long = api.post("/billing/2026-10/close", headers=HTML, data={"accept_gaps": "true", "reason": "x" * 2001})
+    assert too_long.status_code == 422 and "under 2,000 characters" in too_long.text
     refused = api.post("/billing/2026-10/close", headers=HTML, data={"reason": "kept text"})
     assert refused.status_code == 409 and 'id="accept_gaps-error"' in refused.text
     assert 'value="kept text"' in refused.text and "1 hour never ingested" in refused.text
