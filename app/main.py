@@ -22,6 +22,7 @@ from app.web import fleet as web_fleet
 from app.web import overview as web_overview
 from app.web import overview_panels as web_overview_panels
 from app.web import policy as web_policy
+from app.web import review as web_review
 from app.web import sla as web_sla
 from app.web import tenants as web_tenants
 from app.web.navigation import navigation_context
@@ -62,6 +63,8 @@ def create_app() -> FastAPI:
     app.include_router(auth_routes.web)
     app.include_router(web_overview.router)
     app.include_router(web_policy.router)
+    app.include_router(web_review.router)
+    app.include_router(web_billing.report_router)  # before web_billing.router: see there
     app.include_router(web_billing.router)
     app.include_router(web_tenants.router)
     app.include_router(web_fleet.router)

@@ -47,10 +47,12 @@ def tenant_list(
     rows = tenants_table.tenant_rows(session=session, period=rc.period, tenants=user.visible_tenants(), spend=spend,
                                      baseline=baseline)
     shown = tenants_table.sort_rows(rows, key=sort, descending=dir == "desc", needle=q)
+    doc = active_document(session=session)
     context = {
         "title": "Tenants",
         "coverage": coverage(session=session, period=rc.period, now=rc.now),
         "baseline": baseline,
+        "currency": doc.pricing.currency if doc else "",  # money on pages always carries its currency
         "rows": shown,
         "total_rows": len(rows),
         "sparks": {r.tenant: sparkline(r.daily) for r in shown},
@@ -106,6 +108,7 @@ def tenant_detail(
         "title": f"Tenant {tenant}",
         "tenant": tenant,
         "tenant_doc": tenant_doc,
+        "currency": doc.pricing.currency if doc else "",
         "busy_total": sum(busy, tenants_table.ZERO),
         "dark_total": sum(dark, tenants_table.ZERO),
         "chart_json": chart_json(chart),
