@@ -71,6 +71,8 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/billing/{period}/{tenant}/invoice.pdf"): SIGNED_IN,
     ("GET", "/billing/{period}/report"): STAFF,
     ("GET", "/billing/{period}/report.pdf"): STAFF,
+    ("GET", "/billing/{period}/{tenant}/days"): SIGNED_IN,
+    ("GET", "/sla/paid"): SIGNED_IN,
     ("POST", "/billing/{period}/rate"): FINANCE,
     ("POST", "/billing/{period}/close"): FINANCE,
     # policy: staff read, operators propose and release, reviewers decide
