@@ -62,6 +62,7 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/api/v1/periods/{period}/invoices"): SIGNED_IN,
     ("GET", "/api/v1/periods/{period}/invoices/{tenant}"): SIGNED_IN,
     ("GET", "/api/v1/periods/{period}/statement"): STAFF,
+    ("GET", "/api/v1/periods/{period}/checklist"): STAFF,
     ("GET", "/api/v1/periods/{period}/report"): STAFF,  # the monthly report: finance and staff, not tenant members
     ("GET", "/api/v1/periods/{period}/export"): FINANCE,
     ("POST", "/api/v1/periods/{period}/rate"): FINANCE,
