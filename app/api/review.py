@@ -166,7 +166,7 @@ def show_change(change_id: Id, session: SessionDep, _: Staff, peaks: PeaksDep, b
 @router.get("/changes/{change_id}/preview", response_model=Preview, response_model_exclude_unset=True,
             summary="Validation, diff, capacity impact and invoice impact")
 def preview_change(change_id: Id, session: SessionDep, _: Staff, peaks: PeaksDep, buckets: BucketsDep,
-                   month: Annotated[str | None, Query(description="Billing month to re-rate, YYYY-MM (default: last month)")] = None) -> dict:
+                   month: Annotated[str | None, Query(description="Billing month to re-rate and measure, YYYY-MM (default: the newest fully covered complete month)")] = None) -> dict:
     change = changes.get_change(session=session, change_id=change_id)
     return impact.preview(session=session, change=change, measured_peaks=peaks, month=month,
                                    latency_buckets=buckets)

@@ -1,0 +1,60 @@
+"""Rendered artifacts (Kubernetes, Kueue, mig-parted, alert rules) file by file, with unified diffs.
+
+A version's files are diffed against the previous version's policy rendered under the same version
+number, and a change request's proposal is rendered under the active version's number and diffed
+against that version's stored files: either way the diff shows what the policy change does to the
+files, not the version stamp every file carries.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from sqlmodel import Session
+
+from app.policy.render import render_bundle
+from app.policy.service import active_version, load_document, previous_version
+from app.review.changes import current_version, validation
+from app.review.models import ChangeRequest
+from app.review.releases import artifacts_for
+
+
+def file_diffs(old: dict[str, str], new: dict[str, str], *, old_label: str, new_label: str) -> list[dict]:
+    """Per file (sorted by name): status added | removed | changed | same, the unified diff and the new text."""
+    rows = []
+    for name in sorted(set(old) | set(new)):
+        before, after = old.get(name), new.get(name)
+        status = "added" if before is None else "removed" if after is None else "same" if before == after else "changed"
+        diff = "" if status == "same" else "".join(difflib.unified_diff(
+            (before or "").splitlines(keepends=True), (after or "").splitlines(keepends=True),
+            f"{old_label}/{name}", f"{new_label}/{name}",
+        ))
+        rows.append({"file": name, "status": status, "diff": diff, "text": after if after is not None else before})
+    return rows
+
+
+def version_artifacts(*, session: Session, number: int) -> dict:
+    """Version `number`'s files and their diff against the version before it (None for the first)."""
+    files, _ = artifacts_for(session=session, version_id=number)
+    previous = previous_version(session=session, number=number)
+    old = render_bundle(load_document(previous), number) if previous is not None else {}
+    return {
+        "version": number,
+        "against": previous.id if previous is not None else None,
+        "files": file_diffs(old, files, old_label=f"v{previous.id}" if previous else "none", new_label=f"v{number}"),
+    }
+
+
+def change_artifacts(*, session: Session, change: ChangeRequest) -> dict | None:
+    """The request's proposal rendered, diffed against the active version's files; None when it does not parse."""
+    doc, _ = validation(change)
+    if doc is None:
+        return None
+    active = active_version(session=session) or current_version(session=session)
+    old, _ = artifacts_for(session=session, version_id=active.id)
+    new = render_bundle(doc, active.id)
+    return {
+        "change": change.id,
+        "against": active.id,
+        "files": file_diffs(old, new, old_label=f"v{active.id}", new_label=f"change-{change.id}"),
+    }
