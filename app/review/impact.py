@@ -132,7 +132,8 @@ def previous_month(now=None) -> str:
     return f"{year:04d}-{month:02d}"
 
 
-def _month_before(month: str) -> str:
+def month_before(month: str) -> str:
+    """The calendar month before "YYYY-MM"."""
     year, mon = int(month[:4]), int(month[5:7])
     return f"{year - (mon == 1):04d}-{(mon - 2) % 12 + 1:02d}"
 
@@ -163,7 +164,7 @@ def month_choices(*, session: Session, now=None) -> list[dict]:
         if period.end <= aware(earliest):
             break
         out.append(_coverage(session, period))
-        month = _month_before(month)
+        month = month_before(month)
     return out
 
 

@@ -2,48 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
-import httpx
 import pytest
-from sqlmodel import Session, select
+from sqlmodel import select
 
 from app.core.db import unit_of_work
 from app.core.timeutil import floor_hour, utcnow
 from app.policy.models import PolicyVersion
 from app.review.models import ChangeRequest, ChangeState, Release, ReleaseState
-from tests.support.review import edited, set_quota
-from tests.support.routes import asgi_client, make_user, page_csrf, sign_in
+from tests.support.review import edited, post, row, set_quota
+from tests.support.routes import page_csrf
 
 pytestmark = pytest.mark.anyio
 SOON = (floor_hour(utcnow()) + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M")
-
-
-@pytest.fixture
-async def browser(app, fresh_engine) -> AsyncIterator:
-    """Signed-in browsers by user name: (client, csrf token)."""
-    clients: list[httpx.AsyncClient] = []
-
-    async def open_as(name: str, role: str) -> tuple[httpx.AsyncClient, str]:
-        client = asgi_client(app)
-        clients.append(client)
-        with Session(fresh_engine, expire_on_commit=False) as session:
-            token = sign_in(client, session, make_user(session, name, role))
-        return client, token
-
-    yield open_as
-    for c in clients:
-        await c.aclose()
-
-
-def row(engine, model, ident):
-    with unit_of_work(engine) as session:
-        return session.get(model, ident)
-
-
-async def post(client, url, token, **data):
-    return await client.post(url, data={"csrf_token": token, **data})
 
 
 async def test_editor_validates_as_you_type_and_review_enforces_four_eyes(browser, v1, fresh_engine):
