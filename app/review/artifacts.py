@@ -12,7 +12,7 @@ import difflib
 
 from sqlmodel import Session
 
-from app.policy.render import render_bundle
+from app.policy.render import CHECKSUMS_FILE, render_bundle
 from app.policy.service import active_version, load_document, previous_version
 from app.review.changes import current_version, validation
 from app.review.models import ChangeRequest
@@ -20,9 +20,10 @@ from app.review.releases import artifacts_for
 
 
 def file_diffs(old: dict[str, str], new: dict[str, str], *, old_label: str, new_label: str) -> list[dict]:
-    """Per file (sorted by name): status added | removed | changed | same, the unified diff and the new text."""
+    """Per file (by name, the SHA256SUMS manifest last): status added | removed | changed | same, the unified diff
+    and the new text."""
     rows = []
-    for name in sorted(set(old) | set(new)):
+    for name in sorted(set(old) | set(new), key=lambda n: (n == CHECKSUMS_FILE, n)):
         before, after = old.get(name), new.get(name)
         status = "added" if before is None else "removed" if after is None else "same" if before == after else "changed"
         diff = "" if status == "same" else "".join(difflib.unified_diff(
