@@ -12,9 +12,11 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Request
+from sqlmodel import Session
 from starlette.responses import Response
 
 from app.auth.deps import Operator, Reviewer, Staff
+from app.auth.principal import Principal
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid
 from app.core.timeutil import aware, utcnow
@@ -124,31 +126,35 @@ def _change_question(change: ChangeRequest, verb: str) -> str:
     return f"{verb} change request #{change.id} “{change.title}” by {change.author}?"
 
 
+# decision -> (button, what confirming means beyond the question, service, a danger button)
+_DECISIONS = {
+    "approve": ("Approve", "", changes.approve, False),
+    "reject": ("Reject", " A rejected request is final: its author starts a new one.", changes.reject, True),
+}
+
+
+def _decide(request: Request, session: Session, user: Principal, change_id: int, decision: str, comment: str, confirm: str) -> Response:
+    label, consequence, act, danger = _DECISIONS[decision]
+    if not _confirmed(confirm):
+        change = changes.get_change(session=session, change_id=change_id)
+        changes.check_decidable(change, user.name, decision)
+        return _confirm(request, title=f"{label} #{change.id}?", question=_change_question(change, label) + consequence,
+                        action=f"/policy/changes/{change.id}/{decision}", button=label, comment=comment,
+                        back=f"/policy/changes/{change.id}", danger=danger)
+    act(session=session, change_id=change_id, actor=user.name, comment=comment)
+    return _redirect(request, f"/policy/changes/{change_id}")
+
+
 @router.post("/changes/{change_id}/approve")
 def change_approve(change_id: Id, request: Request, session: SessionDep, user: Reviewer, comment: Text = "",
                    confirm: Text = "") -> Response:
-    if not _confirmed(confirm):
-        change = changes.get_change(session=session, change_id=change_id)
-        changes.check_decidable(change, user.name, "approve")
-        return _confirm(request, title=f"Approve #{change.id}?", question=_change_question(change, "Approve"),
-                        action=f"/policy/changes/{change.id}/approve", button="Approve", comment=comment,
-                        back=f"/policy/changes/{change.id}", danger=False)
-    changes.approve(session=session, change_id=change_id, actor=user.name, comment=comment)
-    return _redirect(request, f"/policy/changes/{change_id}")
+    return _decide(request, session, user, change_id, "approve", comment, confirm)
 
 
 @router.post("/changes/{change_id}/reject")
 def change_reject(change_id: Id, request: Request, session: SessionDep, user: Reviewer, comment: Text = "",
                   confirm: Text = "") -> Response:
-    if not _confirmed(confirm):
-        change = changes.get_change(session=session, change_id=change_id)
-        changes.check_decidable(change, user.name, "reject")
-        return _confirm(request, title=f"Reject #{change.id}?", question=_change_question(change, "Reject")
-                        + " A rejected request is final: its author starts a new one.",
-                        action=f"/policy/changes/{change.id}/reject", button="Reject", comment=comment,
-                        back=f"/policy/changes/{change.id}")
-    changes.reject(session=session, change_id=change_id, actor=user.name, comment=comment)
-    return _redirect(request, f"/policy/changes/{change_id}")
+    return _decide(request, session, user, change_id, "reject", comment, confirm)
 
 
 @router.post("/changes/{change_id}/withdraw")
