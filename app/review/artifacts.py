@@ -47,9 +47,10 @@ def version_artifacts(*, session: Session, number: int) -> dict:
 
 
 def change_artifacts(*, session: Session, change: ChangeRequest) -> dict | None:
-    """The request's proposal rendered, diffed against the active version's files; None when it does not parse."""
-    doc, _ = validation(change)
-    if doc is None:
+    """The request's proposal rendered, diffed against the active version's files; None while it does not validate
+    (a document with errors is never rendered, as a release would refuse it)."""
+    doc, findings = validation(change)
+    if doc is None or any(e.severity == "error" for e in findings):
         return None
     active = active_version(session=session) or current_version(session=session)
     old, _ = artifacts_for(session=session, version_id=active.id)

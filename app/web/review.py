@@ -92,8 +92,8 @@ def change_artifacts_page(change_id: Id, request: Request, session: SessionDep, 
     change = changes.get_change(session=session, change_id=change_id)
     shown = artifacts.change_artifacts(session=session, change=change)
     if shown is None:
-        raise Invalid(f"change request {change.id}'s document does not parse: nothing to render",
-                      [FieldError("document", "fix the YAML first")])
+        raise Invalid(f"change request {change.id}'s document does not validate: nothing to render",
+                      [FieldError("document", "fix its errors first")])
     return render(request, "policy/artifacts.html", {
         "title": f"Rendered artifacts of change request #{change.id}", "shown": shown,
         "back": (f"/policy/changes/{change.id}", f"change request #{change.id}"),

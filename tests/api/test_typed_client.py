@@ -142,8 +142,8 @@ async def drive(client: httpx.AsyncClient, session) -> list[Answer]:
     await call("olga", "POST", "/policy/releases/{release_id}/changes", expect=201, path=rid, json=cid)
     await call("vic", "GET", "/policy/releases")
     await call("vic", "GET", "/policy/releases/{release_id}", path=rid)
-    soon = (floor_hour(utcnow()) + timedelta(hours=2)).isoformat()
-    await call("olga", "POST", "/policy/releases/{release_id}/apply", path=rid, json={"effective_from": soon})
+    this_hour = floor_hour(utcnow()).isoformat()  # in effect at once, so it may be marked deployed
+    await call("olga", "POST", "/policy/releases/{release_id}/apply", path=rid, json={"effective_from": this_hour})
     await call("olga", "POST", "/policy/releases/{release_id}/deploy", path=rid)
     await call("olga", "POST", "/policy/releases/{release_id}/rollback", path=rid, json={})
     await call("vic", "GET", "/audit", params={"action": "release.", "limit": 5})

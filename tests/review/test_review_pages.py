@@ -133,3 +133,8 @@ async def test_artifacts_of_a_version_and_of_a_change_with_unified_diffs(browser
     page = await vic.get(f"/policy/changes/{change_id}/artifacts")
     assert page.status_code == 200 and f"version {version} (active)" in page.text and "same" in page.text
     assert re.search(r'diff-del">-\s+nominalQuota: 6<', page.text) and re.search(r'diff-add">\+\s+nominalQuota: 8<', page.text)
+    with unit_of_work(fresh_engine) as session:
+        broken = changes.create_change(session=session, actor="olga", title="t", justification="j", document="tenants: [").id
+    refused = await vic.get(f"/policy/changes/{broken}/artifacts")
+    assert refused.status_code == 422 and "does not validate" in refused.text
+    assert "nothing to render until they are fixed" in (await vic.get(f"/policy/changes/{broken}")).text
