@@ -12,6 +12,7 @@ import difflib
 
 from sqlmodel import Session
 
+from app.core.errors import FieldError, Invalid
 from app.policy.render import CHECKSUMS_FILE, render_bundle
 from app.policy.service import active_version, load_document, previous_version
 from app.review.changes import current_version, validation
@@ -60,3 +61,12 @@ def change_artifacts(*, session: Session, change: ChangeRequest) -> dict | None:
         "against": active.id,
         "files": file_diffs(old, new, old_label=f"v{active.id}", new_label=f"change-{change.id}"),
     }
+
+
+def change_artifacts_or_422(*, session: Session, change: ChangeRequest) -> dict:
+    """`change_artifacts`, or 422 naming `document` while the request has errors (the artifact page and API)."""
+    shown = change_artifacts(session=session, change=change)
+    if shown is None:
+        raise Invalid(f"change request {change.id}'s document does not validate: nothing to render",
+                      [FieldError("document", "fix its errors first")])
+    return shown

@@ -90,10 +90,7 @@ def change_page(change_id: Id, request: Request, session: SessionDep, user: Staf
 @router.get("/changes/{change_id}/artifacts")
 def change_artifacts_page(change_id: Id, request: Request, session: SessionDep, user: Staff) -> Response:
     change = changes.get_change(session=session, change_id=change_id)
-    shown = artifacts.change_artifacts(session=session, change=change)
-    if shown is None:
-        raise Invalid(f"change request {change.id}'s document does not validate: nothing to render",
-                      [FieldError("document", "fix its errors first")])
+    shown = artifacts.change_artifacts_or_422(session=session, change=change)
     return render(request, "policy/artifacts.html", {
         "title": f"Rendered artifacts of change request #{change.id}", "shown": shown,
         "back": (f"/policy/changes/{change.id}", f"change request #{change.id}"),

@@ -104,6 +104,7 @@ async def drive(client: httpx.AsyncClient, session) -> list[Answer]:
     await call("vic", "GET", "/policy/versions/active")
     await call("vic", "GET", "/policy/versions/{number}", path={"number": v1.id})
     await call("vic", "GET", "/policy/versions/{number}/artifacts", path={"number": v1.id})
+    await call("vic", "GET", "/policy/versions/{number}/artifacts/diff", path={"number": v1.id})
     await call("olga", "POST", "/policy/validate", json={"document": edited(v1, set_p99(250))})
 
     # change requests
@@ -115,6 +116,7 @@ async def drive(client: httpx.AsyncClient, session) -> list[Answer]:
                json={"path": "sla[search-chat].p99_ms", "value": "250"})
     await call("rita", "POST", "/policy/changes/{change_id}/comments", expect=201, path=cid, json={"body": "ok"})
     await call("vic", "GET", "/policy/changes/{change_id}/preview", path=cid, params={"month": "2026-10"})
+    await call("vic", "GET", "/policy/changes/{change_id}/artifacts", path=cid)
     await call("olga", "POST", "/policy/changes/{change_id}/rebase", path=cid)
     await call("olga", "POST", "/policy/changes/{change_id}/submit", path=cid)
     await call("rita", "POST", "/policy/changes/{change_id}/approve", path=cid, json={"comment": "fine"})

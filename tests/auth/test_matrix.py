@@ -80,6 +80,8 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("POST", "/api/v1/policy/changes"): OPERATOR,
     ("GET", "/api/v1/policy/changes/{change_id}"): STAFF,
     ("GET", "/api/v1/policy/changes/{change_id}/preview"): STAFF,
+    ("GET", "/api/v1/policy/changes/{change_id}/artifacts"): STAFF,
+    ("GET", "/api/v1/policy/versions/{number}/artifacts/diff"): STAFF,
     ("PATCH", "/api/v1/policy/changes/{change_id}"): OPERATOR,
     ("POST", "/api/v1/policy/changes/{change_id}/fields"): OPERATOR,
     ("POST", "/api/v1/policy/changes/{change_id}/submit"): OPERATOR,

@@ -124,6 +124,11 @@ async def test_artifacts_of_a_version_and_of_a_change_with_unified_diffs(browser
     assert re.search(r'diff-add">\+\s+nominalQuota: 6<', page.text)
     assert "# Rendered by gpu-chargeback from policy version" in page.text  # each file's text is shown
     assert f'href="/policy/versions/{version}/artifacts"' in (await vic.get(f"/policy/versions/{version}")).text
+    api = (await vic.get(f"/api/v1/policy/versions/{version}/artifacts/diff")).json()
+    assert api["version"] == version and api["against"] == 1 and api["change"] is None
+    statuses = {f["file"]: f["status"] for f in api["files"]}
+    assert statuses["kueue/clusterqueues.yaml"] == "changed" and "same" in statuses.values()
+    assert all((f["diff"] == "") == (f["status"] == "same") for f in api["files"])
     first = await vic.get("/policy/versions/1/artifacts")
     assert first.status_code == 200 and "nothing to compare with" in first.text and "diff-add" not in first.text
     assert (await vic.get("/policy/versions/99/artifacts")).status_code == 404
@@ -137,4 +142,10 @@ async def test_artifacts_of_a_version_and_of_a_change_with_unified_diffs(browser
         broken = changes.create_change(session=session, actor="olga", title="t", justification="j", document="tenants: [").id
     refused = await vic.get(f"/policy/changes/{broken}/artifacts")
     assert refused.status_code == 422 and "does not validate" in refused.text
+    refused = await vic.get(f"/api/v1/policy/changes/{broken}/artifacts")
+    assert refused.status_code == 422 and [e["path"] for e in refused.json()["errors"]] == ["document"]
+    api = (await vic.get(f"/api/v1/policy/changes/{change_id}/artifacts")).json()
+    assert api["change"] == change_id and api["against"] == version
+    queues = next(f["diff"] for f in api["files"] if f["file"] == "kueue/clusterqueues.yaml")
+    assert re.search(r"^\+\s+nominalQuota: 8$", queues, re.M)
     assert "nothing to render until they are fixed" in (await vic.get(f"/policy/changes/{broken}")).text

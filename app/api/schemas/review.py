@@ -161,6 +161,22 @@ class Preview(Out):
     price: PriceImpact | None
 
 
+class ArtifactFileDiff(Out):
+    file: str
+    status: Literal["added", "removed", "changed", "same"]
+    diff: str = Field(description="Unified diff (empty when the file is the same)")
+
+
+class ArtifactsDiff(Out):
+    """Rendered files against another version's, both rendered under one version number (so only the policy's
+    effect shows, not the version stamp)."""
+
+    version: int | None = Field(default=None, description="The version shown (for a version's diff)")
+    change: int | None = Field(default=None, description="The change request shown (for a request's diff)")
+    against: int | None = Field(description="The version compared with: the previous one, or the active one; null for the first")
+    files: list[ArtifactFileDiff]
+
+
 class MergeConflict(Out):
     """One field both sides changed differently (null where a side removed it or never had it)."""
 
