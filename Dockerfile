@@ -22,6 +22,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PATH=/opt/chargeback/bin:$PATH \
     CHARGEBACK_ENVIRONMENT=production
+# The fonts the PDFs embed: DejaVu Sans (Latin, Greek, Cyrillic, Arabic), WenQuanYi Micro Hei (Chinese).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends fonts-dejavu-core fonts-wqy-microhei \
+    && rm -rf /var/lib/apt/lists/*
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     python -m venv --without-pip /opt/chargeback \
     && python -m pip --python /opt/chargeback/bin/python install --no-cache-dir --no-index --find-links=/wheels gpu-chargeback \

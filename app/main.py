@@ -67,6 +67,7 @@ def create_app() -> FastAPI:
     app.include_router(web_overview.router, dependencies=PAGES)
     app.include_router(web_policy.router, dependencies=PAGES)
     app.include_router(web_review.router, dependencies=PAGES)
+    app.include_router(web_billing.report_router, dependencies=PAGES)  # before web_billing.router: see there
     app.include_router(web_billing.router, dependencies=PAGES)
     app.include_router(web_tenants.router, dependencies=PAGES)
     app.include_router(web_fleet.router, dependencies=PAGES)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the tests need on a fresh Debian machine, then run every test.
 #   - Debian packages: prometheus (+ promtool), chromium, poppler-utils (pdftotext), postgresql,
-#     kubernetes-client (kubectl), victoria-metrics
+#     kubernetes-client (kubectl), victoria-metrics, fonts-dejavu-core and fonts-wqy-microhei (PDF fonts)
 #   - a virtualenv in .venv with the project and its test extras
 #   - PostgreSQL: the one on 127.0.0.1:5432 if it answers, else a throwaway cluster in /tmp
 # Extra arguments go to pytest (e.g. scripts/test.sh -k billing).
@@ -19,6 +19,9 @@ command -v victoria-metrics >/dev/null || missing+=(victoria-metrics)
 command -v pg_isready >/dev/null || missing+=(postgresql-client)
 # kubectl renders the Kubernetes manifests (kubectl kustomize) in tests/deploy.
 command -v kubectl >/dev/null || missing+=(kubernetes-client)
+# The PDFs embed DejaVu Sans (Latin, Greek, Cyrillic, Arabic) and WenQuanYi Micro Hei (Chinese).
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
+[ -f /usr/share/fonts/truetype/wqy/wqy-microhei.ttc ] || missing+=(fonts-wqy-microhei)
 if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   missing+=(postgresql)
 fi

@@ -9,8 +9,10 @@
 (function () {
   "use strict";
 
-  // Colour-blind-safe palette (Okabe-Ito), then greys.
-  var PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000", "#999999"];
+  // Series that are no workload class (services, busy/dark) take these Okabe-Ito colours in order;
+  // class series carry their fixed colour in the data (app/web/charts.py CLASS_COLOURS), so a
+  // class looks the same on every chart, whatever order its datasets come in.
+  var PALETTE = ["#56B4E9", "#D55E00", "#F0E442", "#999999"];
 
   function drawCharts(root) {
     if (!window.Chart || !root || !root.querySelectorAll) return;
@@ -61,8 +63,29 @@
     });
   }
 
-  document.addEventListener("DOMContentLoaded", function () { drawCharts(document); });
-  document.addEventListener("htmx:load", function (event) { drawCharts(event.detail.elt); });
+  // A region that scrolls (a wide table on a phone, a long list in a box) must be reachable by keyboard
+  // (WCAG 2.1.1): every scrolling container in the page gets tabindex=0 and a name.
+  var SCROLLS = /(auto|scroll)/;
+  function focusableScrollers(root) {
+    if (!root || !root.querySelectorAll) return;
+    root.querySelectorAll("main div, main table, main ul, main ol, main pre, main section").forEach(function (el) {
+      if (el.hasAttribute("tabindex")) return;
+      var style = window.getComputedStyle(el);
+      var wide = SCROLLS.test(style.overflowX) && el.scrollWidth > el.clientWidth + 1;
+      var tall = SCROLLS.test(style.overflowY) && el.scrollHeight > el.clientHeight + 1;
+      if (!wide && !tall) return;
+      el.setAttribute("tabindex", "0");
+      if (/^(DIV|SECTION|PRE)$/.test(el.tagName) && !el.hasAttribute("role")) el.setAttribute("role", "region");
+      if (!el.hasAttribute("aria-label") && !el.hasAttribute("aria-labelledby")) {
+        var caption = el.querySelector("caption");
+        el.setAttribute("aria-label", caption ? caption.textContent.trim() : "Scrollable region");
+      }
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { drawCharts(document); focusableScrollers(document); });
+  document.addEventListener("htmx:load", function (event) { drawCharts(event.detail.elt); focusableScrollers(event.detail.elt); });
+  window.addEventListener("resize", function () { focusableScrollers(document); });
   // After an htmx navigation, move focus to the new content so keyboard and screen-reader users follow.
   document.addEventListener("htmx:afterSwap", function (event) {
     if (event.detail.target && event.detail.target.id === "main") event.detail.target.focus({ preventScroll: true });

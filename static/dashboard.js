@@ -8,7 +8,10 @@
 (function () {
   "use strict";
 
-  var PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000", "#999999"];
+  // Series that are no workload class (services, busy/dark) take these Okabe-Ito colours in order;
+  // class series carry their fixed colour in the data (app/web/charts.py CLASS_COLOURS), so a
+  // class looks the same on every chart, whatever order its datasets come in.
+  var PALETTE = ["#56B4E9", "#D55E00", "#F0E442", "#999999"];
 
   function options(kind, unit) {
     var stacked = kind === "stacked-bars" || kind === "bars" || kind === "stacked-area";

@@ -16,10 +16,12 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from app.api.schemas.billing import Correction, Invoice, InvoiceList, PeriodSummary, Statement
+from app.api.schemas.report import Report
 from app.auth.deps import CurrentUser, Finance, IdempotencyDep, Staff
 from app.billing import exports, periods
 from app.billing.invoices import load_view, platform_statement, tenant_invoice
 from app.billing.period import rated_period
+from app.billing.report import read_report
 from app.billing.totals import department_rollup, tenant_totals
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
@@ -169,3 +171,10 @@ def correct(period: str, body: CorrectionRequest, session: SessionDep, user: Fin
         session=session, period=period, line_id=body.line_id, amount=body.amount, reason=body.reason, actor=user.name
     )
     return to_json({"line_id": line.line_id, "corrects": line.corrects, "amount": line.amount, "reason": line.reason})
+
+
+@router.get("/periods/{period}/report", response_model=Report)
+def get_report(period: str, session: SessionDep, _: Staff) -> dict:
+    """The monthly report for managers: cost and utilisation trend, top tenants, dark time, SLA, platform statement."""
+    row = rated_period(session=session, month=period)
+    return to_json(read_report(session=session, period=row))

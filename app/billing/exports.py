@@ -189,10 +189,23 @@ def _list_cost(line: ChargeLineRecord, multipliers: dict[int, Decimal]) -> Decim
     return line.amount
 
 
+# Tags-C-012-M: every tag here is provider-defined (the portal sets it, no user can), so every key
+# carries this provider's one tag key prefix (published in README, Tags-C-013-M).
+TAG_PREFIX = "x_"
+
+
+def focus_tags(**tags: str) -> str:
+    """The Tags cell: a JSON object (KeyValueFormat) of the non-empty tags, keys prefixed `x_`."""
+    return json.dumps({TAG_PREFIX + k: v for k, v in tags.items() if v}, sort_keys=True, separators=(",", ":"))
+
+
 def render_focus(view: PeriodView) -> bytes:
     """FOCUS 1.2 cost and usage rows: one per tenant x pool x charge line."""
     p = view.period
     multipliers = _dark_multipliers(view)
+    # InvoiceId-C-004-C/-005-C: a tenant's rows are on its invoice of the month; platform balance
+    # and unallocated rows are on no invoice, so their InvoiceId is null (an empty cell).
+    invoiced = set(view.tenants)
     rows = []
     for l in view.lines:
         category = charge_category(l.kind)
@@ -203,11 +216,6 @@ def render_focus(view: PeriodView) -> bytes:
             description += f", service {l.service}"
         if l.source == LineSource.CORRECTION:
             description = f"Correction of {l.corrects}: {l.reason}"
-        tags = {"department": department, "kind": l.kind, "policy_version": str(l.policy_version), "pool": l.pool}
-        if l.klass:
-            tags["class"] = l.klass
-        if l.service:
-            tags["service"] = l.service
         values = {
             "BilledCost": _money(l.amount),
             "BillingAccountId": department,
@@ -236,7 +244,7 @@ def render_focus(view: PeriodView) -> bytes:
             # FOCUS: ConsumedQuantity/Unit only on Usage rows.
             "ConsumedQuantity": _qty(l.quantity) if category == "Usage" else "",
             "ConsumedUnit": unit if category == "Usage" else "",
-            "InvoiceId": f"{p.month}/{l.account}",
+            "InvoiceId": f"{p.month}/{l.account}" if l.account in invoiced else "",
             "PricingCategory": "Standard" if category == "Usage" and l.source != LineSource.CORRECTION else "",
             "ResourceId": l.pool,
             "ResourceName": l.pool,
@@ -245,7 +253,8 @@ def render_focus(view: PeriodView) -> bytes:
             "SubAccountId": l.account,
             "SubAccountName": l.account,
             "SubAccountType": "Platform" if l.account == PLATFORM else "Tenant",
-            "Tags": json.dumps(tags, sort_keys=True, separators=(",", ":")),
+            "Tags": focus_tags(department=department, kind=l.kind, policy_version=str(l.policy_version),
+                               pool=l.pool, **{"class": l.klass}, service=l.service),
             "x_LineId": l.line_id,
             "x_Corrects": l.corrects,
             "x_PolicyVersion": str(l.policy_version),

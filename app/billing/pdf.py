@@ -6,10 +6,13 @@ are reproducible and the stored hash stays valid.
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
+from functools import cache
+from pathlib import Path
 
 from fpdf import FPDF
-from fpdf.enums import XPos, YPos
+from fpdf.enums import TextEmphasis, XPos, YPos
 
 from app.billing.invoices import PeriodView, invoice_summaries, platform_statement, tenant_invoice
 from app.billing.types import LineKind
@@ -22,9 +25,45 @@ LABELS = {
 }
 
 
+# Embedded Unicode fonts (subsets), found by path: DejaVu Sans covers Latin, Greek, Cyrillic and
+# Arabic; WenQuanYi Micro Hei (the smallest Debian font with Chinese) covers CJK. fpdf2 falls back
+# per character run to the font that has the glyph. (family, style, Debian package, file names)
+FONT_DIRS = (Path("/usr/share/fonts/truetype"), Path("/usr/local/share/fonts"))
+TEXT_FONT = "DejaVu"
+FONTS = (
+    (TEXT_FONT, "", "fonts-dejavu-core", ("dejavu/DejaVuSans.ttf",)),
+    (TEXT_FONT, "B", "fonts-dejavu-core", ("dejavu/DejaVuSans-Bold.ttf",)),
+)
+# Registered on a document's first glyph DejaVu lacks: parsing the 5 MB CJK font takes ~2 s.
+FALLBACK_FONTS = (("WQYMicroHei", "", "fonts-wqy-microhei", ("wqy/wqy-microhei.ttc",)),)
+# Scripts that need shaping and bidi (Arabic, Hebrew, Syriac, Thaana, N'Ko): HarfBuzz (uharfbuzz)
+# runs only for text that has them, so Latin-only documents keep their bytes and speed.
+_COMPLEX = re.compile("[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufeff]")
+
+
+class FontMissing(RuntimeError):
+    """A PDF font file is not installed (the message names the Debian package that ships it)."""
+
+
+@cache
+def font_path(package: str, names: tuple[str, ...]) -> Path:
+    """The first of `names` found under FONT_DIRS, or FontMissing naming the package to install."""
+    for directory in FONT_DIRS:
+        for name in names:
+            if (directory / name).is_file():
+                return directory / name
+    tried = ", ".join(str(d / n) for d in FONT_DIRS for n in names)
+    raise FontMissing(f"PDF font not found (tried {tried}): install the Debian package {package}")
+
+
+def _register_fonts(doc: FPDF, fonts=FONTS) -> None:
+    for family, style, package, names in fonts:
+        doc.add_font(family, style, str(font_path(package, names)))
+
+
 def _text(value: object) -> str:
-    # Core fonts are Latin-1 only; anything else becomes '?' rather than failing the export.
-    return str(value).encode("latin-1", "replace").decode("latin-1")
+    """Any value as cell text (the embedded fonts print every script; nothing becomes '?')."""
+    return str(value)
 
 
 def _money(value: Decimal, currency: str) -> str:
@@ -34,9 +73,25 @@ def _money(value: Decimal, currency: str) -> str:
 class _Doc(FPDF):
     def __init__(self, title: str):
         super().__init__(orientation="P", unit="mm", format="A4")
+        _register_fonts(self)
+        self.has_fallbacks = False
         self.doc_title = title
         self.set_auto_page_break(auto=True, margin=15)
         self.set_margins(12, 12, 12)
+
+    def set_font(self, family: str | None = None, style: str | TextEmphasis = "", size: float = 0) -> None:
+        """Every text uses the embedded Unicode font, whatever family a layout names (no core fonts)."""
+        super().set_font(TEXT_FONT, "B" if TextEmphasis.B in TextEmphasis.coerce(style) else "", size)
+
+    def cell(self, *args, **kwargs):
+        """A cell; text in a right-to-left or joining script is shaped (HarfBuzz) and reordered (bidi)."""
+        text = str(kwargs.get("text", args[2] if len(args) > 2 else "") or "")
+        if not self.has_fallbacks and not set(map(ord, text)) <= self.fonts[TEXT_FONT.lower()].cmap.keys():
+            _register_fonts(self, FALLBACK_FONTS)
+            self.set_fallback_fonts([family for family, *_ in FALLBACK_FONTS], exact_match=False)
+            self.has_fallbacks = True
+        self.set_text_shaping(bool(_COMPLEX.search(text)))
+        return super().cell(*args, **kwargs)
 
     def footer(self) -> None:
         self.set_y(-12)

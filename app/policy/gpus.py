@@ -35,6 +35,18 @@ class GpuModel:
         return k, max(1, round(mem_gb * self.memory_slices / self.memory_gb))
 
 
+# The NVIDIA device plugin (and the GPU Operator) advertises each MIG profile under the mixed strategy as
+# `nvidia.com/mig-<profile>`, with "+" (media extensions) written as "." since a resource name cannot
+# hold "+": `nvidia.com/mig-3g.40gb`, `nvidia.com/mig-1g.10gb.me` (k8s-device-plugin internal/rm/rm.go,
+# `strings.ReplaceAll("mig-"+p.String(), "+", ".")`). The single strategy advertises them as `nvidia.com/gpu`.
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def mig_resource(profile: str) -> str:
+    """The extended resource name a MIG profile is advertised under with the mixed strategy."""
+    return f"nvidia.com/mig-{profile.strip().lower().replace('+', '.')}"
+
+
 def parse_profile(profile: str) -> tuple[int, int, bool]:
     """Split "3g.40gb" / "1g.10gb+me" into (compute slices, memory GB, media extensions)."""
     match = PROFILE_RE.match(profile.strip().lower())

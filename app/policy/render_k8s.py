@@ -11,15 +11,17 @@ import re
 from decimal import Decimal
 
 from app.policy.document import PolicyDocument, Quota, Taint, Tenant
+from app.policy.gpus import GPU_RESOURCE
+from app.policy.render_mig import pool_mig_slices, slices_for
 
 # One label domain for everything the portal owns on the cluster side.
 DOMAIN = "gpu-chargeback.io"
 POOL_LABEL = f"{DOMAIN}/pool"
 VERSION_LABEL = f"{DOMAIN}/policy-version"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-chargeback"}
-GPU_RESOURCE = "nvidia.com/gpu"
 # Kubernetes allows only the `requests.` prefix in a quota for extended resources (no overcommit).
-GPU_QUOTA_KEY = f"requests.{GPU_RESOURCE}"
+QUOTA_PREFIX = "requests."
+GPU_QUOTA_KEY = f"{QUOTA_PREFIX}{GPU_RESOURCE}"
 # Label the NVIDIA GPU operator's mig-manager reads to pick a named mig-parted config for a node.
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 
@@ -54,12 +56,34 @@ def tenant_quotas(doc: PolicyDocument, tenant: str) -> list[Quota]:
     return sorted((q for q in doc.quotas if q.tenant == tenant), key=lambda q: q.pool)
 
 
-def tenant_gpu_cap(doc: PolicyDocument, tenant: str) -> int | None:
-    """Most GPUs the tenant may hold at once (guaranteed + borrowing over its quotas), None when it has none."""
+def mig_resources(doc: PolicyDocument) -> list[str]:
+    """Every `nvidia.com/mig-<profile>` resource the document's mixed-strategy layouts advertise, sorted."""
+    return sorted({s.resource for pool in doc.pools for s in pool_mig_slices(doc, pool.name)})
+
+
+def gpu_resources(doc: PolicyDocument) -> list[str]:
+    """The GPU resources a tenant namespace is governed on: whole GPUs, then each MIG profile."""
+    return [GPU_RESOURCE, *mig_resources(doc)]
+
+
+def tenant_caps(doc: PolicyDocument, tenant: str) -> dict[str, int] | None:
+    """Most of each GPU resource the tenant may hold at once, None when it has no quotas.
+
+    A quota of G GPUs in a pool allows, of each MIG profile the pool's layouts offer, the instances
+    worth G GPUs (k/7 of a GPU each, as they are billed), at most as many as the pool has. Each
+    resource is capped on its own: Kubernetes and Kueue cannot cap a weighted sum across resources.
+    A profile the tenant's pools do not offer is capped at 0, so no MIG resource is left ungoverned.
+    """
     quotas = tenant_quotas(doc, tenant)
     if not quotas:
         return None
-    return sum(q.guaranteed_gpus + q.borrowing_limit for q in quotas)
+    caps = dict.fromkeys(gpu_resources(doc), 0)
+    for quota in quotas:
+        gpus = quota.guaranteed_gpus + quota.borrowing_limit
+        caps[GPU_RESOURCE] += gpus
+        for slices in pool_mig_slices(doc, quota.pool):
+            caps[slices.resource] += slices_for(gpus, slices)
+    return caps
 
 
 def priority_classes(doc: PolicyDocument, version: int) -> list[dict]:
@@ -93,13 +117,13 @@ def _tenants(doc: PolicyDocument) -> list[Tenant]:
 
 
 def resource_quotas(doc: PolicyDocument, version: int) -> list[dict]:
-    """A ResourceQuota capping `requests.nvidia.com/gpu` in each namespace of a tenant that has quotas."""
+    """A ResourceQuota capping `requests.nvidia.com/gpu` and every MIG resource in each namespace of a tenant with quotas."""
     out = []
     for tenant in _tenants(doc):
-        cap = tenant_gpu_cap(doc, tenant.name)
+        caps = tenant_caps(doc, tenant.name)
         # A tenant without quotas (typically inference, entitled by pool reservations) is uncapped in
         # the document; a zero quota would block serving, so it gets no ResourceQuota at all.
-        if cap is None:
+        if caps is None:
             continue
         # A namespace quota cannot see the tenant's other namespaces, so each carries the tenant-wide
         # cap as a hard backstop; Kueue's ClusterQueue enforces the exact per-pool split across them.
@@ -115,7 +139,7 @@ def resource_quotas(doc: PolicyDocument, version: int) -> list[dict]:
                         namespace=namespace,
                         annotations={f"{DOMAIN}/tenant": tenant.name, f"{DOMAIN}/pools": pools},
                     ),
-                    "spec": {"hard": {GPU_QUOTA_KEY: str(cap)}},
+                    "spec": {"hard": {f"{QUOTA_PREFIX}{r}": str(n) for r, n in caps.items()}},
                 }
             )
     return out
@@ -143,10 +167,10 @@ def limit_ranges(doc: PolicyDocument, version: int) -> list[dict]:
         # No `default` GPU request: a defaulted extended resource would hand a GPU to every sidecar
         # and init container. Requests must equal limits for GPUs (ratio 1), capped by the quota.
         container: dict = {"type": "Container"}
-        cap = tenant_gpu_cap(doc, tenant.name)
-        if cap is not None:
-            container["max"] = {GPU_RESOURCE: str(cap)}
-        container["maxLimitRequestRatio"] = {GPU_RESOURCE: "1"}
+        caps = tenant_caps(doc, tenant.name)
+        if caps is not None:
+            container["max"] = {r: str(n) for r, n in caps.items()}
+        container["maxLimitRequestRatio"] = dict.fromkeys(gpu_resources(doc), "1")
         for namespace in sorted(tenant.namespaces):
             out.append(
                 {

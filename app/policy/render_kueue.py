@@ -5,12 +5,19 @@ member of its pool's cohort; one LocalQueue per (tenant namespace, quota); one
 WorkloadPriorityClass per priority tier. Field names follow v1beta2, where a ClusterQueue joins a
 cohort through `spec.cohortName` (v1beta1 called it `spec.cohort`) and Cohort is a v1beta2 kind
 (it was v1alpha1 before).
+
+With MIG in mixed mode a pool's ClusterQueues cover `nvidia.com/gpu` and each
+`nvidia.com/mig-<profile>` its layouts advertise, in one resource group: Kueue requires every flavor
+of a group to list exactly the group's `coveredResources`, in the same order. A quota of G GPUs is
+the instances worth G GPUs of each profile (render_k8s.tenant_caps says how).
 """
 
 from __future__ import annotations
 
 from app.policy.document import PolicyDocument, Quota
-from app.policy.render_k8s import DOMAIN, GPU_RESOURCE, POOL_LABEL, k8s_name, meta, pool_taints
+from app.policy.gpus import GPU_RESOURCE
+from app.policy.render_k8s import DOMAIN, POOL_LABEL, k8s_name, meta, pool_taints
+from app.policy.render_mig import pool_mig_slices, slices_for
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 
@@ -49,6 +56,9 @@ def resource_flavors(doc: PolicyDocument, version: int) -> list[dict]:
         model = pool.gpu_model or (next(iter(doc.pricing.gpu_models)) if len(doc.pricing.gpu_models) == 1 else None)
         if model:
             notes[f"{DOMAIN}/gpu-model"] = model
+        mig = pool_mig_slices(doc, pool.name)
+        if mig:
+            notes[f"{DOMAIN}/mig-instances"] = ",".join(f"{s.resource}={s.count}" for s in mig)
         out.append(
             {
                 "apiVersion": API_VERSION,
@@ -88,6 +98,30 @@ def _preemption(doc: PolicyDocument, klass: str) -> dict:
     }
 
 
+def quota_resources(doc: PolicyDocument, quota: Quota) -> list[dict]:
+    """The flavor's resource quotas of a (tenant, pool) quota: whole GPUs, then each MIG profile of the pool.
+
+    Per profile: nominal = the instances worth the guaranteed GPUs, borrowing up to the instances worth
+    guaranteed + borrowing GPUs, lending at most nominal (Kueue rejects a larger lendingLimit); all
+    bounded by the instances the pool has.
+    """
+    out = [{
+        "name": GPU_RESOURCE,
+        "nominalQuota": quota.guaranteed_gpus,
+        "borrowingLimit": quota.borrowing_limit,
+        "lendingLimit": quota.lending_limit,
+    }]
+    for slices in pool_mig_slices(doc, quota.pool):
+        nominal = slices_for(quota.guaranteed_gpus, slices)
+        out.append({
+            "name": slices.resource,
+            "nominalQuota": nominal,
+            "borrowingLimit": slices_for(quota.guaranteed_gpus + quota.borrowing_limit, slices) - nominal,
+            "lendingLimit": min(nominal, slices_for(quota.lending_limit, slices)),
+        })
+    return out
+
+
 def cluster_queues(doc: PolicyDocument, version: int) -> list[dict]:
     """One ClusterQueue per (tenant, pool) quota: nominal = guaranteed, with borrowing and lending limits."""
     out = []
@@ -95,12 +129,7 @@ def cluster_queues(doc: PolicyDocument, version: int) -> list[dict]:
         tenant = doc.tenant(quota.tenant)
         namespaces = sorted(tenant.namespaces) if tenant else []
         klass = tenant.klass if tenant else "training"
-        resource = {
-            "name": GPU_RESOURCE,
-            "nominalQuota": quota.guaranteed_gpus,
-            "borrowingLimit": quota.borrowing_limit,
-            "lendingLimit": quota.lending_limit,
-        }
+        resources = quota_resources(doc, quota)
         out.append(
             {
                 "apiVersion": API_VERSION,
@@ -121,8 +150,8 @@ def cluster_queues(doc: PolicyDocument, version: int) -> list[dict]:
                     "queueingStrategy": "BestEffortFIFO",
                     "resourceGroups": [
                         {
-                            "coveredResources": [GPU_RESOURCE],
-                            "flavors": [{"name": flavor_name(quota.pool), "resources": [resource]}],
+                            "coveredResources": [r["name"] for r in resources],
+                            "flavors": [{"name": flavor_name(quota.pool), "resources": resources}],
                         }
                     ],
                     "preemption": _preemption(doc, klass),

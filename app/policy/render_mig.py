@@ -8,9 +8,13 @@ An `all-disabled` config is always present as the way back to whole GPUs.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from fractions import Fraction
 
 from app.core.errors import FieldError, Invalid
+from app.policy import gpus
 from app.policy.document import MigNode, PolicyDocument
+from app.policy.validation import pool_model
 
 ALL_DISABLED = "all-disabled"
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
@@ -60,3 +64,41 @@ def mig_parted_config(doc: PolicyDocument) -> dict:
         pool = doc.pool_for_node(node)
         configs[node] = node_config(node, doc.isolation.mig[node], pool.gpus_per_node if pool else None)
     return {"version": "v1", "mig-configs": configs}
+
+
+@dataclass(frozen=True)
+class MigSlices:
+    """The instances of one MIG profile a pool's mixed-strategy layouts create."""
+
+    profile: str
+    resource: str  # nvidia.com/mig-<profile>
+    count: int  # instances across the pool's nodes
+    share: Fraction  # of a whole GPU per instance: k/7 (k/4 on A30), as SPEC section 4 bills them
+
+
+def pool_mig_slices(doc: PolicyDocument, pool: str) -> list[MigSlices]:
+    """The mixed-strategy MIG instances of a pool, by resource name.
+
+    Single-strategy nodes are left out: the device plugin advertises their instances as
+    `nvidia.com/gpu`, which the GPU quotas already cover (one unit = one instance there).
+    """
+    counts: dict[str, int] = {}
+    shares: dict[str, Fraction] = {}
+    for node, layout in doc.isolation.mig.items():
+        owner = doc.pool_for_node(node)
+        if owner is None or owner.name != pool or layout.mode != "mixed":
+            continue
+        model_name = layout.model or pool_model(doc, owner) or ""
+        for spec, profiles in layout.gpus.items():
+            devices = len(expand_devices(spec, path=f'isolation.mig["{node}"].gpus["{spec}"]'))
+            for profile, count in profiles.items():
+                if count > 0:
+                    counts[profile] = counts.get(profile, 0) + devices * count
+                    shares[profile] = gpus.unit_fraction(model_name, profile)
+    found = [MigSlices(p, gpus.mig_resource(p), n, shares[p]) for p, n in counts.items()]
+    return sorted(found, key=lambda s: s.resource)
+
+
+def slices_for(gpu_count: int, slices: MigSlices) -> int:
+    """Instances of a profile worth at most `gpu_count` GPUs, never more than the pool has."""
+    return min(slices.count, int(gpu_count / slices.share))

@@ -10,15 +10,18 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from starlette.responses import RedirectResponse, Response
 
-from app.auth.deps import CurrentUser, Finance, Principal
+from app.auth.deps import CurrentUser, Finance, Principal, Staff
 from app.billing import exports, periods
 from app.billing.invoices import invoice_summaries, load_view, platform_statement, tenant_invoice
 from app.billing.models import PeriodStatus
 from app.billing.period import get_period, parse_period, rated_period, require_started
+from app.billing.report import assemble_report, read_inputs, read_report
+from app.billing.report_pdf import render_report_pdf
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
 from app.http.htmx import is_htmx
 from app.http.templating import render
+from app.web.charts import chart_json
 
 router = APIRouter(include_in_schema=False)
 
@@ -105,3 +108,33 @@ def billing_close(
     row = periods.close(session=session, period=period, actor=user.name, accept_gaps=accept_gaps,
                          accept_unpooled=accept_unpooled, reason=reason)
     return _back(request, row.month)
+
+
+# The monthly report. Its own router, included before `router`: `/billing/{period}/{tenant}` would
+# otherwise take "report" for a tenant name.
+report_router = APIRouter(include_in_schema=False)
+
+
+@report_router.get("/billing/{period}/report")
+def billing_report(request: Request, period: str, session: SessionDep, user: Staff) -> Response:
+    row = rated_period(session=session, month=period)
+    report = read_report(session=session, period=row)
+    return render(request, "billing/report.html", {
+        "title": f"Report {row.month}", "report": report, "month": row.month,
+        "cost_chart": chart_json({"labels": [m["month"] for m in report["trend"]],
+                                  "datasets": [{"label": "Fleet cost C", "data": [m["cost"] for m in report["trend"]]}]}),
+        "utilisation_chart": chart_json({"labels": [m["month"] for m in report["trend"]], "datasets": [
+            {"label": "Utilisation", "color": "#009E73", "data": [None if m["utilisation"] is None else m["utilisation"] * 100
+                                              for m in report["trend"]]}]}),
+    })
+
+
+@report_router.get("/billing/{period}/report.pdf")
+def billing_report_pdf(period: str, session: SessionDep, _: Staff) -> Response:
+    row = rated_period(session=session, month=period)
+    inputs = read_inputs(session=session, period=row)
+    return Response(
+        render_report_pdf(inputs.view, assemble_report(inputs)),
+        media_type="application/pdf",
+        headers={"Content-Disposition": f'attachment; filename="report-{row.month}.pdf"'},
+    )

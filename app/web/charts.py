@@ -6,6 +6,23 @@ import json
 from datetime import date
 from decimal import Decimal
 
+# One colour per workload class on every chart, whatever order the datasets come in (Okabe-Ito,
+# colour-blind safe; idle a light grey). Non-class series (services, busy/dark) use app.js' palette.
+CLASS_COLOURS = {
+    "inference": "#0072B2",
+    "training": "#009E73",
+    "preprocessing": "#E69F00",
+    "unallocated": "#CC79A7",
+    "idle": "#BBBBBB",
+    "platform": "#000000",
+}
+OTHER_COLOUR = CLASS_COLOURS["platform"]  # platform and any class not listed: "other"
+
+
+def class_colour(klass: str) -> str:
+    """The fixed chart colour of a workload class (platform/other for anything unknown)."""
+    return CLASS_COLOURS.get(klass, OTHER_COLOUR)
+
 
 def chart_json(data: dict) -> str:
     """JSON for a <script type="application/json"> block; Decimals become floats (drawing only)."""

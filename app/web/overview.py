@@ -17,6 +17,7 @@ from app.http.templating import render
 from app.metrics import usage_read
 from app.metrics.date_ranges import date_range
 from app.web import overview_panels
+from app.web.charts import class_colour
 
 router = APIRouter(include_in_schema=False)
 
@@ -47,7 +48,8 @@ def overview(
     chart = {
         "labels": tenants,
         # Floats only for drawing; the table shows the exact Decimal figures.
-        "datasets": [{"label": k, "data": [float(hours[t].get(k, 0)) for t in tenants]} for k in classes],
+        "datasets": [{"label": k, "data": [float(hours[t].get(k, 0)) for t in tenants], "color": class_colour(k)}
+                     for k in classes],
     }
     context = {
         "title": "Overview",

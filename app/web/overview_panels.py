@@ -23,14 +23,12 @@ from app.metrics.breaches_read import services
 from app.metrics.date_ranges import DateRange
 from app.metrics.ingestion_health import ingestion_health, ingestion_version
 from app.policy.service import active_document, highest_version_number
-from app.web.charts import chart_json
+from app.web.charts import chart_json, class_colour
 from app.web.date_range_picker import presets, resolve
 
 router = APIRouter(include_in_schema=False)
 
 # Colours by class, fixed so the same class has the same colour on every chart (Okabe-Ito).
-CLASS_COLOURS = {"inference": "#0072B2", "training": "#009E73", "preprocessing": "#E69F00",
-                 "unallocated": "#CC79A7", "idle": "#BBBBBB"}
 
 
 def _month_bounds(day: date, tz: ZoneInfo) -> tuple[str, datetime, datetime]:
@@ -57,9 +55,9 @@ def daily_chart(usage: usage_read.DailyUsage) -> str:
         series = usage.by_class.get(klass)
         if series:
             datasets.append({"label": klass, "data": [series.get(d, 0) for d in usage.days],
-                             "color": CLASS_COLOURS[klass]})
+                             "color": class_colour(klass)})
     if usage.idle is not None and any(usage.idle.values()):
-        datasets.append({"label": "idle", "data": [usage.idle.get(d, 0) for d in usage.days], "color": CLASS_COLOURS["idle"]})
+        datasets.append({"label": "idle", "data": [usage.idle.get(d, 0) for d in usage.days], "color": class_colour("idle")})
     return chart_json({"labels": labels, "datasets": datasets})
 
 

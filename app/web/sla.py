@@ -59,6 +59,7 @@ def sla_page(
         p99_chart = {"labels": labels, "datasets": datasets}
     context = {
         "title": "SLA",
+        "currency": doc.pricing.currency if doc else "",
         "rows": rows,
         "chosen": chosen,
         "breaches": breaches,

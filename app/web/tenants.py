@@ -42,8 +42,10 @@ def tenant_list(
     spend = month_spend(session=session, month=spend_month, viewer=user)
     rows = tenants_table.tenant_rows(session=session, period=rc.period, tenants=user.visible_tenants(), spend=spend)
     shown = tenants_table.sort_rows(rows, key=sort, descending=dir == "desc", needle=q)
+    doc = active_document(session=session)
     context = {
         "title": "Tenants",
+        "currency": doc.pricing.currency if doc else "",  # money on pages always carries its currency
         "rows": shown,
         "total_rows": len(rows),
         "sparks": {r.tenant: sparkline(r.daily) for r in shown},
@@ -89,6 +91,7 @@ def tenant_detail(
         "title": f"Tenant {tenant}",
         "tenant": tenant,
         "tenant_doc": tenant_doc,
+        "currency": doc.pricing.currency if doc else "",
         "busy_total": sum(busy, tenants_table.ZERO),
         "dark_total": sum(dark, tenants_table.ZERO),
         "chart_json": chart_json(chart),

@@ -85,6 +85,7 @@ async def drive(client: httpx.AsyncClient, session) -> list[Answer]:
                           path={"period": "2026-10", "tenant": "vision"})).json()
     await call("fay", "GET", "/periods/{period}/invoices/{tenant}", path={"period": "2026-10", "tenant": "search"})
     await call("vic", "GET", "/periods/{period}/statement", path={"period": "2026-10"})
+    await call("vic", "GET", "/periods/{period}/report", path={"period": "2026-10"})
     for group_by in ("tenant", "pool", "class", "department"):
         await call("fay", "GET", "/usage", params={"start": "2026-10-01", "end": "2026-11-01", "group_by": group_by})
     await call("fay", "POST", "/periods/{period}/close", path={"period": "2026-10"},

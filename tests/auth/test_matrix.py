@@ -59,6 +59,7 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/api/v1/periods/{period}/invoices"): SIGNED_IN,
     ("GET", "/api/v1/periods/{period}/invoices/{tenant}"): SIGNED_IN,
     ("GET", "/api/v1/periods/{period}/statement"): STAFF,
+    ("GET", "/api/v1/periods/{period}/report"): STAFF,  # the monthly report: finance and staff, not tenant members
     ("GET", "/api/v1/periods/{period}/export"): FINANCE,
     ("POST", "/api/v1/periods/{period}/rate"): FINANCE,
     ("POST", "/api/v1/periods/{period}/close"): FINANCE,
@@ -67,6 +68,8 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/billing/{period}"): SIGNED_IN,
     ("GET", "/billing/{period}/{tenant}"): SIGNED_IN,
     ("GET", "/billing/{period}/{tenant}/invoice.pdf"): SIGNED_IN,
+    ("GET", "/billing/{period}/report"): STAFF,
+    ("GET", "/billing/{period}/report.pdf"): STAFF,
     ("POST", "/billing/{period}/rate"): FINANCE,
     ("POST", "/billing/{period}/close"): FINANCE,
     # policy: staff read, operators propose and release, reviewers decide

@@ -128,7 +128,7 @@ def test_simulator_prometheus_ingest_rate_close_export(sim, prometheus, tmp_path
         assert r["BilledCost"] == r["EffectiveCost"] == r["ContractedCost"]
         assert Decimal(r["ListCost"]) >= Decimal(r["BilledCost"]) or r["ChargeCategory"] != "Usage"
         assert r["BillingCurrency"] == "USD" and r["ServiceCategory"] == "AI and Machine Learning"
-        assert r["ResourceId"] == json.loads(r["Tags"])["pool"]
+        assert r["ResourceId"] == json.loads(r["Tags"])["x_pool"]
         assert r["ConsumedQuantity"] == (r["PricingQuantity"] if r["ChargeCategory"] == "Usage" else "")
     assert sum(Decimal(r["BilledCost"]) for r in rows) == statement["cost_total"]
 

@@ -71,7 +71,7 @@ def test_focus_columns_one_by_one(session, october):
     assert all(c.startswith("x_") for c in header if c not in exports.FOCUS_MANDATORY + exports.FOCUS_OPTIONAL)
 
     def row(account, kind):
-        return next(r for r in rows if r["SubAccountId"] == account and json.loads(r["Tags"])["kind"] == kind)
+        return next(r for r in rows if r["SubAccountId"] == account and json.loads(r["Tags"])["x_kind"] == kind)
 
     busy = row("vision", LineKind.USAGE_BUSY)
     assert busy["BilledCost"] == "1.82"
@@ -95,9 +95,10 @@ def test_focus_columns_one_by_one(session, october):
     assert busy["SubAccountId"] == busy["SubAccountName"] == "vision"
     assert busy["ResourceId"] == "mixed-a100"
     assert json.loads(busy["Tags"]) == {
-        "class": "training", "department": "research", "kind": "usage_busy", "policy_version": str(_version(session)),
-        "pool": "mixed-a100",
+        "x_class": "training", "x_department": "research", "x_kind": "usage_busy",
+        "x_policy_version": str(_version(session)), "x_pool": "mixed-a100",
     }
+    assert busy["InvoiceId"] == "2026-10/vision"
 
     dark = row("vision", LineKind.USAGE_DARK)
     assert dark["BilledCost"] == "0.78" and dark["ListCost"] == "1.30"  # list = before the 0.6 dark multiplier
@@ -107,9 +108,10 @@ def test_focus_columns_one_by_one(session, october):
     assert penalty["PricingUnit"] == "Breach-Minutes" and penalty["ConsumedQuantity"] == ""
     credit = row("search", LineKind.SLA_CREDIT)
     assert credit["ChargeCategory"] == "Credit" and credit["BilledCost"] == "-1.00"
-    assert json.loads(credit["Tags"])["service"] == "search-chat"
+    assert json.loads(credit["Tags"])["x_service"] == "search-chat"
     idle = row("platform", LineKind.IDLE)
     assert idle["ChargeCategory"] == "Adjustment" and idle["SubAccountType"] == "Platform"
+    assert idle["InvoiceId"] == ""  # no invoice carries the platform balance (InvoiceId-C-004-C)
 
     # every mandatory non-nullable column is filled on every row
     for r in rows:

@@ -228,3 +228,21 @@ def test_admin_users_screenshot(portal, sessions, console):
     assert page.locator("main table").count() >= 1
     shot(page, "admin-users")
     assert not console.problems, console.problems
+
+
+def test_monthly_report_page_charts_and_pdf(portal, sessions, console):
+    page = sessions("fin")
+    base, month = portal["base"], portal["month"]
+    page.goto(f"{base}/billing/{month}")
+    page.locator("#report-link").click()
+    page.wait_for_url(f"{base}/billing/{month}/report")
+    assert page.locator("main h1").inner_text() == f"Monthly report {month}"
+    assert_charts_drawn(page, 2)  # cost per month, utilisation per month
+    assert page.locator("#top-tenants tbody tr").count() >= 3
+    shot(page, "report")
+    with page.expect_download() as download:
+        page.locator("main a", has_text="Download PDF").click()
+    assert download.value.suggested_filename == f"report-{month}.pdf"
+    assert download.value.path().read_bytes().startswith(b"%PDF")
+    assert not console.problems, console.problems
+    assert sessions("tess").goto(f"{base}/billing/{month}/report").status == 403

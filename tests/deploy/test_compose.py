@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
+from app.billing import pdf
 from app.core.settings import DEV_SECRET
 from tests.support.deploy import ROOT, MissingVariable, check_command, check_settings, interpolate
 
@@ -115,7 +116,11 @@ def test_dockerfile_builds_the_wheel_and_runs_it_as_non_root():
     assert any(op == "RUN" and "pip wheel" in args for op, args in build)
     runs = " ".join(args for op, args in runtime if op == "RUN")
     assert "from=build" in runs and "--no-index" in runs  # installs the built wheels, nothing else
-    assert not re.search(r"apt-get|gcc|build-essential", runs)
+    assert not re.search(r"gcc|build-essential", runs)
+    # apt-get brings only the fonts the PDFs embed (app/billing/pdf.py FONTS), no toolchain
+    installed = re.findall(r"apt-get install -y --no-install-recommends ([^&]+)", runs)
+    fonts = {package for _, _, package, _ in pdf.FONTS + pdf.FALLBACK_FONTS}
+    assert installed and {p for group in installed for p in group.split()} == fonts
     user = [args for op, args in runtime if op == "USER"]
     assert user and user[-1].split(":")[0] not in {"0", "root"}
     (health,) = [args for op, args in runtime if op == "HEALTHCHECK"]

@@ -3,26 +3,21 @@
 from __future__ import annotations
 
 import copy
-import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-import jsonschema
 import pytest
 import yaml
 
 from app.policy.parsing import parse_document
 from app.policy.render import render_bundle
-from tests.support.deploy import ROOT, check_command, check_settings
+from tests.support.deploy import ROOT, check_command, check_settings, crd_validator, validate_core
 
 pytestmark = pytest.mark.deploy
 
 KUBE = ROOT / "deploy" / "kubernetes"
 BASE, OVERLAY = KUBE / "base", KUBE / "overlays" / "example"
-KUBERNETES_VERSION = "1.31.0"  # schemas kubernetes-validate ships; any recent cluster accepts these objects
-CRDS = Path(__file__).parent / "schemas"
 MONITORING = "monitoring.coreos.com/v1"
 SECRET = "chargeback-secrets"
 
@@ -55,46 +50,6 @@ def pod_specs(objects: list[dict]) -> dict[str, dict]:
 
 
 # ---- schemas ----------------------------------------------------------------------------------
-
-def validate_core(objects: list[dict], tmp_path: Path) -> subprocess.CompletedProcess:
-    """`kubernetes-validate --strict` (this interpreter's, from the test extra) on one file per object."""
-    files = []
-    for i, obj in enumerate(objects):
-        files.append(tmp_path / f"{i:02d}-{obj['kind']}-{obj['metadata']['name']}.yaml")
-        files[-1].write_text(yaml.safe_dump(obj))
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "kubernetes-validate"), "--strict", "--no-warn", "-k", KUBERNETES_VERSION, *map(str, files)],
-        capture_output=True, text=True, timeout=300,
-    )
-
-
-def _strict(schema: dict) -> dict:
-    """The CRD schema with unknown fields rejected (the API server's strict field validation)."""
-    schema = copy.deepcopy(schema)
-
-    def walk(node):
-        if isinstance(node, dict):
-            if (node.get("type") == "object" and "properties" in node and "additionalProperties" not in node
-                    and not node.get("x-kubernetes-preserve-unknown-fields")):
-                node["additionalProperties"] = False
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(schema)
-    return schema
-
-
-def crd_validator(kind: str) -> jsonschema.Validator:
-    plural = {"ServiceMonitor": "servicemonitors", "PrometheusRule": "prometheusrules"}[kind]
-    data = json.loads((CRDS / f"{plural}.v1.json").read_text())
-    assert data["kind"] == kind
-    schema = _strict(data["openAPIV3Schema"])
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
-    return cls(schema)
-
 
 @pytest.mark.parametrize("which", ["base", "overlay"])
 def test_core_objects_validate_strictly(which, base, overlay, tmp_path):

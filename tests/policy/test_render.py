@@ -96,12 +96,12 @@ def test_kueue_quotas_match_the_document(doc):
         spec = cq["spec"]
         assert spec["cohortName"] == quota.pool
         [group] = spec["resourceGroups"]
-        assert group["coveredResources"] == ["nvidia.com/gpu"]
+        assert group["coveredResources"][0] == "nvidia.com/gpu"
         [flavor] = group["flavors"]
         assert flavor["name"] in flavors
-        [res] = flavor["resources"]
-        assert res == {"name": "nvidia.com/gpu", "nominalQuota": quota.guaranteed_gpus,
-                       "borrowingLimit": quota.borrowing_limit, "lendingLimit": quota.lending_limit}
+        # Whole GPUs first; the pool's MIG profiles follow (tests/policy/test_render_mig_quotas.py).
+        assert flavor["resources"][0] == {"name": "nvidia.com/gpu", "nominalQuota": quota.guaranteed_gpus,
+                                          "borrowingLimit": quota.borrowing_limit, "lendingLimit": quota.lending_limit}
         tenant = doc.tenant(quota.tenant)
         [selector] = spec["namespaceSelector"]["matchExpressions"]
         assert selector["key"] == "kubernetes.io/metadata.name" and selector["operator"] == "In"
@@ -140,8 +140,8 @@ def test_resource_quota_and_limit_range_per_tenant_namespace(doc):
                 assert ns not in quotas  # uncapped in the document -> no quota that could block serving
                 continue
             cap = sum(q.guaranteed_gpus + q.borrowing_limit for q in own)
-            assert quotas[ns]["spec"]["hard"] == {GPU_QUOTA_KEY: str(cap)}
-            assert container["max"] == {"nvidia.com/gpu": str(cap)}
+            assert quotas[ns]["spec"]["hard"][GPU_QUOTA_KEY] == str(cap)
+            assert container["max"]["nvidia.com/gpu"] == str(cap)
 
 
 def test_node_patches_label_pools_and_carry_the_pool_taints(doc):

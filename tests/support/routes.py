@@ -211,10 +211,8 @@ class Api:
         return self.request("POST", url, **kw)
 
 
-@pytest.fixture
-def api(fresh_engine):
-    """The app on a database of its own (requests really commit or roll back), as FINANCE by default."""
-    app = committing_app(fresh_engine)
+def acting(app: FastAPI) -> Api:
+    """`app` with its caller replaced by the Api's chosen principal (FINANCE until `as_`)."""
     holder = Api(app)
 
     def _principal(request: Request) -> Principal:
@@ -223,6 +221,18 @@ def api(fresh_engine):
 
     app.dependency_overrides[get_principal] = _principal
     return holder
+
+
+@pytest.fixture
+def api(fresh_engine):
+    """The app on a database of its own (requests really commit or roll back), as FINANCE by default."""
+    return acting(committing_app(fresh_engine))
+
+
+@pytest.fixture
+def session_api(app):
+    """The app inside the test's rolled-back transaction (both backends), as FINANCE by default."""
+    return acting(app)
 
 
 def problem(response: httpx.Response, status: int) -> dict:

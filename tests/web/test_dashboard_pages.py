@@ -29,9 +29,9 @@ async def test_tenant_list_figures_and_sorting(client, session, seeded):
     assert page.status_code == 200, page.text
     # GPU-hours per tenant over 3 hours: vision (2520+1800)*3/3600 = 3.6, search 1.5, etl 0.3; largest first.
     assert _tenant_order(page.text) == ["vision", "search", "etl"]
-    assert "3.6" in page.text and 'id="range-start"' in page.text
-    # Spend comes from the rated lines: vision pays 3 x (0.91 + 0.39 + 1.00 penalty) = 6.90.
-    assert "6.90" in page.text
+    assert "<td>3.6</td>" in page.text and 'id="range-start"' in page.text  # GPU-hours: one decimal
+    # Spend comes from the rated lines: vision pays 3 x (0.91 + 0.39 + 1.00 penalty) = 6.90, with its currency.
+    assert "6.90 USD" in page.text
     by_name = await client.get(f"/tenants?{seeded['query']}&sort=tenant&dir=asc")
     assert _tenant_order(by_name.text) == ["etl", "search", "vision"]
     by_spend = await client.get(f"/tenants?{seeded['query']}&sort=spend&dir=asc")
@@ -71,11 +71,12 @@ async def test_tenant_detail(client, session, seeded):
     data = {d["label"]: d["data"] for d in chart["datasets"]}
     assert sum(data["busy"]) == pytest.approx(2.1) and sum(data["dark"]) == pytest.approx(1.5)
     assert f'href="/billing/{seeded["month"]}/vision"' in page.text
-    assert "3.00" in page.text  # penalties paid: 2 breach minutes x 0.50 x 3 hours
-    # Quota 1 guaranteed GPU; the busiest hour used (2520 + 1800) / 3600 = 1.20 GPUs: borrowing.
-    assert "1.20" in page.text and "borrowing" in page.text
+    assert "3.00 USD" in page.text  # penalties paid: 2 breach minutes x 0.50 x 3 hours
+    # Quota 1 guaranteed GPU; the busiest hour used (2520 + 1800) / 3600 = 1.2 GPUs: borrowing.
+    assert "<td>1.2</td>" in page.text and "borrowing" in page.text
+    assert "<td>2.1</td>" in page.text or "2.1<" in page.text  # busy GPU-hours, one decimal
     search = await client.get(f"/tenants/search?{seeded['query']}")
-    assert "3.00" in search.text  # credits received by the service's tenant
+    assert "3.00 USD" in search.text  # credits received by the service's tenant
     missing = await client.get("/tenants/nobody")
     assert missing.status_code == 404
 
@@ -102,7 +103,8 @@ async def test_sla_page(client, session, seeded):
     assert p99["datasets"][0]["data"] == [412.5] * 6
     assert p99["datasets"][1]["data"] == [300.0] * 6  # the red line
     assert 'href="/tenants/vision"' in page.text  # co-located training
-    assert "3.00" in page.text  # penalties charged in the rated month
+    assert "3.00 USD" in page.text  # penalties charged in the rated month, with the currency
+    assert '<span class="badge badge-error">6</span>' in page.text  # 2 breach minutes x 3 hours, whole minutes
     assert (await client.get("/sla?service=nope")).status_code == 404
 
 

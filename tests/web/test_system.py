@@ -115,4 +115,4 @@ async def test_metrics_and_health_panel_report_use_cut_at_capacity(client, sessi
     panel = (await client.get(f"/overview/health?start={day}&end={day + timedelta(days=1)}",
                               headers={"HX-Request": "true"})).text
     assert 'id="data-quality"' in panel and "2 unit-hours reported more than capacity" in panel
-    assert "1.50 GPU-h cut, not billed" in panel and "gpu-a100-01/GPU-B" in panel
+    assert "1.5 GPU-hours cut, not billed" in panel and "gpu-a100-01/GPU-B" in panel
