@@ -19,6 +19,7 @@ from app.http.limits import InputLimitsMiddleware
 from app.web import billing as web_billing
 from app.web import doctor as web_doctor
 from app.web import fleet as web_fleet
+from app.web import fleet_live as web_fleet_live
 from app.web import overview as web_overview
 from app.web import overview_panels as web_overview_panels
 from app.web import policy as web_policy
@@ -71,6 +72,7 @@ def create_app() -> FastAPI:
     app.include_router(web_billing.router, dependencies=PAGES)
     app.include_router(web_tenants.router, dependencies=PAGES)
     app.include_router(web_fleet.router, dependencies=PAGES)
+    app.include_router(web_fleet_live.router, dependencies=PAGES)
     app.include_router(web_sla.router, dependencies=PAGES)
     app.include_router(web_overview_panels.router, dependencies=PAGES)
     app.include_router(web_doctor.router, dependencies=PAGES)

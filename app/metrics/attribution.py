@@ -30,6 +30,7 @@ from app.metrics.types import (
     PoolHour,
     ServiceMinutes,
     SourceBatch,
+    UnitRow,
     UsageRow,
 )
 from app.policy import gpus
@@ -213,6 +214,9 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
     used: list[OccupancySeries] = []
     # Time-sliced nodes that kube-state-metrics describes: their units are split per node, below.
     sliced: dict[str, list] = {n: [] for p in policy.pools for n in p.time_sliced_nodes if batch.gpu_holders.get(n)}
+    seen_units: dict[tuple, object] = {}  # unit -> its labels (each unit that reported in the hour)
+    unit_seconds: dict[tuple, Fraction] = {}  # unit -> GPU-seconds it carried (after any cut)
+    unit_tenants: dict[tuple, set[str]] = defaultdict(set)
     for s in batch.occupancy:
         unit = s.labels.unit
         if chosen.get(unit) != s.metric:
@@ -227,6 +231,7 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
             if not counts:
                 continue
         pool_gpus[_pool_of(policy, s.labels.host)][s.labels.physical_gpu] = s.labels.model
+        seen_units.setdefault(unit, s.labels)
         if not s.labels.pod or s.hourly:
             continue  # the unit reported, but no pod held it: capacity, not usage
         if s.labels.host in sliced:
@@ -326,6 +331,8 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
             colocated_u = {k: v * scale for k, v in colocated_u.items()}
             findings.append(_over_capacity(info[id(unit_series[0][0])][0], unit, billed, capacity,
                                            f"{len(unit_series)} series"))
+        unit_seconds[unit] = min(billed, capacity)
+        unit_tenants[unit].update(info[id(s)][1] for s, _ in unit_series)
         for k, n in counts_u.items():
             sample_counts[k] += n
         for k, v in shared_u.items():
@@ -335,11 +342,14 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
 
     for host, host_series in sliced.items():
         pool = _pool_of(policy, host)
-        split, cuts = split_time_sliced(
+        split, cuts, carried = split_time_sliced(
             host_series, batch.gpu_holders[host], dark=dark_by_pool[pool],
             weight_of=lambda s: (_interval(s, scrape_interval_s), unit_fraction(s.labels.model, s.labels.mig_profile)),
             classify=lambda namespace: _classify(policy, namespace, ""))
         findings += [_over_capacity(pool, unit, billed, cap, "time-sliced unit") for unit, billed, cap in cuts]
+        unit_seconds.update(carried)
+        for s, _ in host_series:
+            unit_tenants[s.labels.unit].add(_classify(policy, s.labels.namespace, "")[0])
         for (tenant, klass, is_dark, t), seconds in split.items():
             shared[(pool, tenant, klass, is_dark)] += seconds
             if klass in COLOCATED_CLASSES and t in breach_times.get(pool, ()):
@@ -390,7 +400,49 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
         for sla, m, p99_ms in breaches
     ]
     return HourRollup(hour=hour, usage=rows, pools=pool_rows, breaches=breach_rows,
-                      unresolved=unresolved_minutes(batch, lo, hi, policy), findings=findings)
+                      unresolved=unresolved_minutes(batch, lo, hi, policy), findings=findings,
+                      units=_unit_rows(batch, hi, policy, seen_units, unit_seconds, unit_tenants, used, series_split))
+
+
+def _unit_rows(batch: SourceBatch, hour_end: int, policy: PolicyDocument, seen: dict, seconds: dict[tuple, Fraction],
+               tenants: dict[tuple, set[str]], used: list[OccupancySeries], split: dict[int, list[int]]) -> list[UnitRow]:
+    """Per GPU unit that reported in the hour: the GPU-seconds it carried (the pool usage rows sum to these),
+    its holders' tenants, engine activity over its occupied samples and its FB_USED peak."""
+    activity: dict[tuple, list] = defaultdict(lambda: [0.0, 0])
+    for s in used:
+        n = sum(split.get(id(s), (0, 0)))
+        value = s.activity.get(hour_end, 0.0)
+        if n and math.isfinite(value):
+            acc = activity[s.labels.unit]
+            acc[0] += value
+            acc[1] += n
+    rows = []
+    capacities: dict[tuple[str, str], Decimal] = {}  # (model, profile) -> capacity, computed once (Fractions are slow)
+    pools: dict[str, str] = {}
+    zero = Decimal(0).quantize(MICRO)
+    for unit in sorted(seen):
+        labels = seen[unit]
+        kind = (labels.model, labels.mig_profile)
+        if kind not in capacities:
+            capacities[kind] = quantize_micro(HOUR_S * unit_fraction(*kind))
+        if labels.host not in pools:
+            pools[labels.host] = _pool_of(policy, labels.host)
+        carried = seconds.get(unit)
+        if carried is None or not carried:
+            used_s = zero
+        elif carried.denominator == 1:
+            used_s = Decimal(carried.numerator).quantize(MICRO)
+        else:
+            used_s = quantize_micro(carried)
+        peak = batch.fb_peak.get(unit, {}).get(hour_end)
+        act = activity.get(unit, (0.0, 0))
+        rows.append(UnitRow(
+            pool=pools[labels.host], node=labels.host, gpu_uuid=labels.uuid, gpu_index=labels.gpu,
+            gpu_instance=labels.gpu_instance, mig_profile=labels.mig_profile, model=labels.model,
+            capacity_gpu_seconds=capacities[kind], gpu_seconds=used_s, activity_sum=act[0], activity_samples=act[1],
+            tenants=tuple(sorted(tenants.get(unit, ()))),
+            fb_used_peak_mib=peak if peak is not None and math.isfinite(peak) and peak >= 0 else None))
+    return rows
 
 
 def hour_of(t: int) -> int:
@@ -435,6 +487,10 @@ def split_hours(batch: SourceBatch) -> dict[int, SourceBatch]:
         for t, held in minutes.items():
             if hour_of(t) in out:
                 out[hour_of(t)].gpu_holders.setdefault(host, {})[t] = held
+    for unit, peaks in batch.fb_peak.items():
+        for t, v in peaks.items():
+            if hour_of(t) in out:
+                out[hour_of(t)].fb_peak.setdefault(unit, {})[t] = v
     for name, svc in batch.services.items():
         for h in out:
             out[h].services[name] = ServiceMinutes(service=name)

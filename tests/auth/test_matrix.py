@@ -70,6 +70,8 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/billing/{period}/{tenant}/invoice.pdf"): SIGNED_IN,
     ("GET", "/billing/{period}/report"): STAFF,
     ("GET", "/billing/{period}/report.pdf"): STAFF,
+    ("GET", "/billing/{period}/{tenant}/days"): SIGNED_IN,
+    ("GET", "/sla/paid"): SIGNED_IN,
     ("POST", "/billing/{period}/rate"): FINANCE,
     ("POST", "/billing/{period}/close"): FINANCE,
     # policy: staff read, operators propose and release, reviewers decide
@@ -120,6 +122,8 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/policy/changes/{change_id}/edit"): OPERATOR,
     ("POST", "/policy/changes/{change_id}"): OPERATOR,
     ("POST", "/policy/changes/{change_id}/fields"): OPERATOR,
+    ("GET", "/policy/changes/{change_id}/sections/{section}"): OPERATOR,
+    ("POST", "/policy/changes/{change_id}/sections/{section}"): OPERATOR,
     ("POST", "/policy/changes/{change_id}/submit"): OPERATOR,
     ("POST", "/policy/changes/{change_id}/approve"): REVIEWER,
     ("POST", "/policy/changes/{change_id}/reject"): REVIEWER,
