@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from app.core.timeutil import floor_hour, utcnow
-from tests.support.browser import SHOTS, submit
+from tests.support.browser import SHOTS, ask, submit
 
 pytestmark = pytest.mark.browser
 
@@ -162,6 +162,7 @@ def test_change_request_review_release_history(portal, sessions, console):
     reviewer = sessions("rex")
     reviewer.goto(change_url)
     reviewer.fill("#review-comment", "Fine: etl needs it.")
+    ask(reviewer, "main button:has-text('Approve')", shows="Approve change request")  # the confirm step
     submit(reviewer, "main button:has-text('Approve')")
     expect(reviewer.locator("main p").first).to_contain_text("approved")
     shot(reviewer, "change-request")
