@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from datetime import date, datetime, timedelta
-from datetime import time as clock
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
@@ -14,7 +13,7 @@ from sqlmodel import Session
 from starlette.responses import Response
 
 from app.auth.deps import CurrentUser, Principal
-from app.billing.fleet_cost import month_cost
+from app.billing.fleet_cost import range_cost
 from app.billing.loader import DocumentCache
 from app.billing.period import periods_fingerprint
 from app.core.deps import SessionDep
@@ -32,23 +31,26 @@ router = APIRouter(include_in_schema=False)
 # Colours by class, fixed so the same class has the same colour on every chart (Okabe-Ito).
 
 
-def _month_bounds(day: date, tz: ZoneInfo) -> tuple[str, datetime, datetime]:
-    first = day.replace(day=1)
-    nxt = (first + timedelta(days=32)).replace(day=1)
-    return (f"{first.year:04d}-{first.month:02d}", datetime.combine(first, clock(0), tz), datetime.combine(nxt, clock(0), tz))
+def range_label(window: DateRange) -> str:
+    """"2026-10" for a whole calendar month, else "2026-10-02 – 2026-10-31"."""
+    first = window.start.replace(day=1)
+    if window.start == first and window.end == (first + timedelta(days=32)).replace(day=1) - timedelta(days=1):
+        return f"{first.year:04d}-{first.month:02d}"
+    return f"{window.start.isoformat()} – {window.end.isoformat()}"
 
 
-def cost_comparison(*, session: Session, today: date, tz: ZoneInfo, now: datetime) -> dict:
-    """Fleet cost and utilisation of this month (to date) and last month, each with its coverage, and the change
-    in cost per ingested hour (None when last month is not whole: no comparison against a partial baseline)."""
+def cost_comparison(*, session: Session, period: DateRange, now: datetime) -> dict:
+    """Fleet cost and utilisation of the chosen range and of as many days just before it, each with its coverage,
+    and the change in cost per ingested hour (None when the earlier days are not whole: no comparison against a
+    partial baseline)."""
     docs = DocumentCache(session)
-    month, start, end = _month_bounds(today, tz)
-    last_month, last_start, last_end = _month_bounds(start.date() - timedelta(days=1), tz)
-    this = month_cost(session=session, month=month, start=start, end=now, docs=docs)
-    last = month_cost(session=session, month=last_month, start=last_start, end=last_end, docs=docs)
-    this_cov = usage_read.hours_coverage(session=session, start=start, end=end, now=now)
-    last_cov = usage_read.hours_coverage(session=session, start=last_start, end=last_end, now=now)
-    return {"this": this, "last": last, "this_coverage": this_cov, "last_coverage": last_cov,
+    days = (period.end - period.start).days + 1
+    before = DateRange(start=period.start - timedelta(days=days), end=period.start - timedelta(days=1), tz=period.tz)
+    this = range_cost(session=session, window=period, label=range_label(period), docs=docs)
+    last = range_cost(session=session, window=before, label=range_label(before), docs=docs)
+    this_cov = usage_read.hours_coverage(session=session, start=period.start_utc, end=period.end_utc, now=now)
+    last_cov = usage_read.hours_coverage(session=session, start=before.start_utc, end=before.end_utc, now=now)
+    return {"this": this, "last": last, "this_coverage": this_cov, "last_coverage": last_cov, "days": days,
             "change": hourly_cost_change(this.cost, this_cov, last.cost, last_cov)}
 
 
@@ -127,7 +129,7 @@ def _aggregates(*, session: Session, user: Principal, period: DateRange, now: da
         "daily_json": daily_chart(usage, usage_read.ingested_days(session=session, period=period)),
         "daily_has_data": any(usage.by_class.values()),
         "dark": usage_read.dark_share(session=session, period=period, tenants=tenants),
-        "cost": cost_comparison(session=session, today=today, tz=period.tz, now=now) if tenants is None else None,
+        "cost": cost_comparison(session=session, period=period, now=now) if tenants is None else None,
         "range_presets_overview": [
             {"label": label, "href": f"/?start={s.isoformat()}&end={e.isoformat()}",
              "current": s == period.start and e == period.end}

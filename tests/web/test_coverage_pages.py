@@ -48,31 +48,43 @@ def _this_month(session, version: int, gpus: int) -> list[datetime]:
     return hours
 
 
-async def test_overview_marks_a_partial_last_month_and_compares_with_none(client, session):
+def _october(session, version: int, gpus: int) -> None:
+    for hour in month_hours("2026-10"):
+        add_hour(session, hour=hour, version=version, gpus=gpus, breaches=())
+
+
+# The cards follow the chosen range: 1-30 October against the 30 days before it, all of September.
+RANGE = "/?start=2026-10-01&end=2026-10-30"
+
+
+async def test_overview_marks_a_partial_baseline_and_compares_with_none(client, session):
     v = store_policy(session)
-    last = _last_month()
-    for hour in month_hours(last)[:3]:  # last month: 3 hours of 720-744
+    for hour in month_hours("2026-09")[:3]:  # the 30 days before the range: 3 hours of 720
         add_hour(session, hour=hour, version=v.id, breaches=())
-    _this_month(session, v.id, gpus=4)
+    _october(session, v.id, gpus=4)
     session.commit()
     sign_in(client, session, make_user(session, "fin", "finance"))
-    page = (await client.get("/")).text
-    expected = len(month_hours(last))
-    assert f"3 of {expected} hours" in page  # the badge beside last month's cost and utilisation
-    assert f"No comparison: {last} holds only 3 of {expected} hours." in page
+    page = (await client.get(RANGE)).text
+    expected = len(month_hours("2026-09"))
+    assert "Fleet cost 2026-10-01 – 2026-10-30" in page and "the 30 days before (2026-09)" in page
+    assert f"3 of {expected} hours" in page  # the badge beside the earlier days' cost and utilisation
+    assert f"No comparison: 2026-09 holds only 3 of {expected} hours." in page
     assert "cost per ingested hour" not in page and "+35" not in page
 
 
-async def test_overview_compares_cost_per_hour_with_a_whole_last_month_and_an_increase_is_not_green(client, session):
+async def test_overview_compares_cost_per_hour_with_a_whole_baseline_and_an_increase_is_not_green(client, session):
     v = store_policy(session)
-    fill_month(session, _last_month(), v.id)  # 2 GPUs every hour
-    _this_month(session, v.id, gpus=4)  # twice the GPUs: twice the cost per hour
+    fill_month(session, "2026-09", v.id)  # 2 GPUs every hour
+    _october(session, v.id, gpus=4)  # twice the GPUs: twice the cost per hour
     session.commit()
     sign_in(client, session, make_user(session, "fin", "finance"))
-    page = (await client.get("/")).text
+    page = (await client.get(RANGE)).text
     change = re.search(r'<span class="stat-sub" id="cost-change">(.*?)</span>\s*</div>', page, re.S).group(1)
     assert 'class="change-up"' in change and "▲ +100.0%" in change and "cost per ingested hour" in change
     assert "No comparison" not in page
+    # Another range, other figures: the whole of October is priced, and compared with the 31 days before it.
+    whole = (await client.get("/?start=2026-10-01&end=2026-10-31")).text
+    assert "Fleet cost 2026-10<" in whole and "the 31 days before (2026-08-31 – 2026-09-30)" in whole
     css = CSS.read_text()
     up = re.search(r"\.change-up \{ color: (#[0-9a-f]+)", css).group(1)
     down = re.search(r"\.change-down \{ color: (#[0-9a-f]+)", css).group(1)
