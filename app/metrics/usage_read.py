@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import func, select
 from sqlmodel import Session
@@ -222,9 +223,10 @@ def coverage(*, session: Session, period: DateRange, now: datetime) -> Coverage:
     return hours_coverage(session=session, start=period.start_utc, end=period.end_utc, now=now)
 
 
-def ingested_days(*, session: Session, period: DateRange) -> set[date]:
-    """Days of the range with at least one ingested hour: the others have no figures (charts draw a gap, not 0)."""
-    day_of = DayOf(period.tz)
+def ingested_days(*, session: Session, period: DateRange, hourly: bool = False) -> set[date] | set[datetime]:
+    """Days of the range with at least one ingested hour: the others have no figures (charts draw a gap, not 0).
+    `hourly`: the ingested hours themselves (local time), for a chart by hour."""
+    day_of = _local_hour(period.tz) if hourly else DayOf(period.tz)
     rows = session.execute(
         select(IngestHour.hour).where(IngestHour.hour >= period.start_utc, IngestHour.hour < period.end_utc,
                                       IngestHour.status == IngestStatus.OK)
@@ -248,10 +250,21 @@ class DailyUsage:
         return sum(self.by_class.get(klass, {}).values(), ZERO)
 
 
-def daily_usage(*, session: Session, period: DateRange, tenants: frozenset[str] | None) -> DailyUsage:
-    """GPU-hours by class per day (and idle = capacity - used for the whole fleet)."""
-    in_db = day_column(session, UsageRollup.hour, period.tz)
-    day_of = (lambda d: d) if in_db is not None else DayOf(period.tz)
+def _local_hour(tz: ZoneInfo):
+    return lambda hour: aware(hour).astimezone(tz)
+
+
+def hours_of(period: DateRange) -> list[datetime]:
+    """Every hour of the range, in the billing time zone."""
+    start, end = period.start_utc, period.end_utc
+    return [(start + timedelta(hours=i)).astimezone(period.tz) for i in range(int((end - start).total_seconds()) // SECONDS_PER_HOUR)]
+
+
+def daily_usage(*, session: Session, period: DateRange, tenants: frozenset[str] | None, hourly: bool = False) -> DailyUsage:
+    """GPU-hours by class per day (and idle = capacity - used for the whole fleet); `hourly`: per hour instead
+    (a short range), keyed by the local hour."""
+    in_db = None if hourly else day_column(session, UsageRollup.hour, period.tz)
+    day_of = (lambda d: d) if in_db is not None else (_local_hour(period.tz) if hourly else DayOf(period.tz))
     bucket = UsageRollup.hour if in_db is None else in_db
     query = (
         select(bucket, UsageRollup.klass, UsageRollup.dark, func.sum(UsageRollup.gpu_seconds))
@@ -283,7 +296,7 @@ def daily_usage(*, session: Session, period: DateRange, tenants: frozenset[str] 
             capacity[day_of(hour)] += seconds or ZERO
         idle = {day: hours(max(ZERO, cap - used.get(day, ZERO))) for day, cap in capacity.items()}
     return DailyUsage(
-        days=days_of(period),
+        days=hours_of(period) if hourly else days_of(period),
         by_class={k: {d: hours(v) for d, v in per_day.items()} for k, per_day in by_class.items()},
         dark={d: hours(v) for d, v in dark.items()},
         idle=idle,

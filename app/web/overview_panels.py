@@ -66,12 +66,20 @@ def hourly_cost_change(this_cost: Decimal | None, this_cov: usage_read.Coverage,
     return (this_cost / this_cov.ok) / (last_cost / last_cov.ok) - 1
 
 
-def daily_chart(usage: usage_read.DailyUsage, ingested: set[date]) -> str:
-    """Stacked GPU-hours per day and class, idle capacity on top (whole fleet only).
+# A range this short is charted by hour: one or two bars per day say nothing.
+HOURLY_DAYS = 2
 
-    A day with no ingested hour is null (drawn as a gap), never 0: nothing is known about it.
+
+def hourly_range(period: DateRange) -> bool:
+    return (period.end - period.start).days + 1 <= HOURLY_DAYS
+
+
+def daily_chart(usage: usage_read.DailyUsage, ingested: set) -> str:
+    """Stacked GPU-hours per day (or hour, for a short range) and class, idle capacity on top (whole fleet only).
+
+    A day (hour) with no ingested hour is null (drawn as a gap), never 0: nothing is known about it.
     """
-    labels = [d.isoformat() for d in usage.days]
+    labels = [d.strftime("%m-%d %H:%M") if isinstance(d, datetime) else d.isoformat() for d in usage.days]
 
     def values(series: dict[date, Decimal]) -> list:
         return [series.get(d, 0) if d in ingested else None for d in usage.days]
@@ -124,9 +132,11 @@ def extras(*, session: Session, user: Principal, period: DateRange, now: datetim
 
 def _aggregates(*, session: Session, user: Principal, period: DateRange, now: datetime, today: date) -> dict:
     tenants = user.visible_tenants()
-    usage = usage_read.daily_usage(session=session, period=period, tenants=tenants)
+    hourly = hourly_range(period)
+    usage = usage_read.daily_usage(session=session, period=period, tenants=tenants, hourly=hourly)
     context = {
-        "daily_json": daily_chart(usage, usage_read.ingested_days(session=session, period=period)),
+        "daily_json": daily_chart(usage, usage_read.ingested_days(session=session, period=period, hourly=hourly)),
+        "daily_hourly": hourly,
         "daily_has_data": any(usage.by_class.values()),
         "dark": usage_read.dark_share(session=session, period=period, tenants=tenants),
         "cost": cost_comparison(session=session, period=period, now=now) if tenants is None else None,

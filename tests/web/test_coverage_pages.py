@@ -180,3 +180,19 @@ async def test_sla_chart_draws_days_without_ingested_hours_as_null(client, sessi
     page = (await client.get("/sla?start=2026-10-01&end=2026-10-03")).text
     [dataset] = _json(page, "sla-daily-data")["datasets"]
     assert dataset["label"] == "search-chat" and dataset["data"] == [2, None, 0]
+
+
+async def test_a_short_range_is_charted_by_hour_with_gaps(client, session):
+    v = store_policy(session)
+    fill_month(session, "2026-10", v.id, skip={24 + 5})  # 2 October, the 6th hour of the month's second day: not ingested
+    session.commit()
+    sign_in(client, session, make_user(session, "vic", "viewer"))
+    page = (await client.get("/?start=2026-10-02&end=2026-10-02")).text
+    assert "GPU-hours by class per hour" in page
+    daily = _json(page, "overview-daily-data")
+    hours = month_hours("2026-10")[24:48]  # the billing time zone's 2 October
+    assert len(daily["labels"]) == 24 and daily["labels"][0] == hours[0].astimezone(get_settings().tz).strftime("%m-%d %H:%M")
+    training = next(d for d in daily["datasets"] if d["label"] == "training")
+    assert training["data"][5] is None and all(x == pytest.approx(1.2) for i, x in enumerate(training["data"]) if i != 5)
+    week = (await client.get("/?start=2026-10-01&end=2026-10-07")).text
+    assert "GPU-hours by class per day" in week and len(_json(week, "overview-daily-data")["labels"]) == 7
