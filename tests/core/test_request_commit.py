@@ -209,6 +209,32 @@ def test_refused_commit_on_period_close(pg_portal, fresh_engine):
 
 
 @only_postgres
+def test_refused_commit_after_the_issued_documents_leaves_none(pg_portal, fresh_engine):
+    """The COMMIT is refused once the documents are written (the last rows close adds): none stay, the period
+    stays rated, and the retry stores them all, once."""
+    from app.billing.models import IssuedDocument
+
+    raw = _user(fresh_engine, "fiona", "finance")
+    with unit_of_work(fresh_engine) as s:
+        add_hour(s, hour=OCT1, version=store_policy(s).id)
+    bearer = {"Authorization": f"Bearer {raw}"}
+    assert _call(pg_portal, lambda c: c.post("/api/v1/periods/2026-10/rate", headers=bearer)).status_code == 200
+
+    def state():
+        with Session(fresh_engine) as s:
+            status = s.exec(select(BillingPeriod.status).where(BillingPeriod.month == "2026-10")).one()
+            return status, s.exec(select(func.count()).select_from(IssuedDocument)).one()
+
+    _refused_then_once(
+        pg_portal, fresh_engine, table="issued_document", action="billing.close",
+        send=lambda c: c.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True, "reason": "test month"},
+                              headers={**bearer, "Idempotency-Key": "close-docs"}),
+        state=state,
+    )
+    assert state() == ("finalized", 4 + 3)  # CSV, FOCUS, PDF, report + the three tenants' invoices
+
+
+@only_postgres
 def test_refused_commit_on_policy_apply(pg_portal, fresh_engine):
     raw = _user(fresh_engine, "otto", "operator")
     with unit_of_work(fresh_engine) as s:
