@@ -173,14 +173,17 @@ def kill_during_close(work: Path, kills: int) -> dict:
         with sqlite3.connect(path) as db:
             status, csv_hash = db.execute("SELECT status, csv_sha256 FROM billing_period WHERE month = ?",
                                           (MONTH,)).fetchone()
+            documents = db.execute("SELECT count(*) FROM issued_document JOIN billing_period ON billing_period.id ="
+                                   " issued_document.period_id WHERE month = ?", (MONTH,)).fetchone()[0]
         if status == "finalized":
             out["left_finalized"] += 1
+            out["inconsistent"] += documents == 0  # finalized without its issued documents
             exported = work / f"close-{i}.csv"
             assert run_cli(url, "export", "--period", MONTH, "--format", "csv", "--out", str(exported)) == 0
             out["hash_mismatch"] += hashlib.sha256(exported.read_bytes()).hexdigest() != csv_hash
         elif status == "rated":
             out["left_rated"] += 1
-            out["inconsistent"] += csv_hash is not None
+            out["inconsistent"] += csv_hash is not None or documents > 0  # half a close
             out["finalized_by_rerun"] += run_cli(url, "close", "--period", MONTH, "--accept-gaps",
                                                  "--reason", "bench") == 0
         else:
