@@ -7,7 +7,8 @@ PostgreSQL from CHARGEBACK_TEST_PG_URL) and each printed as counts:
   1. kill -9 of `chargeback ingest` (simulator source, SQLite) at spread-out moments, then a rerun:
      partial hours, integrity, and totals against an uninterrupted run.
   2. kill -9 of `chargeback close` at spread-out moments: the period is rated or finalized, never
-     in between; a finalized period's export matches its stored hash; a rerun finalizes.
+     in between (a finalized one has its issued documents, a rated one none); a finalized
+     period's export matches its stored hash; a rerun finalizes.
   3. Prometheus stopped before the n-th query of an ingest, or the n-th answer spoiled by a proxy
      (HTTP 503, an HTML error page, the connection cut mid-body), for every n: hours stored whole
      or recorded as gaps, and all filled (equal to an uninterrupted ingest) by the retry.
