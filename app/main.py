@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from app.api import allocation as api_allocation
 from app.api import billing as api_billing
 from app.api import directory as api_directory
 from app.api import policy as api_policy
@@ -16,12 +17,15 @@ from app.auth.sessions import CsrfCookieMiddleware, csrf_context
 from app.core.resources import resource_path
 from app.http import problems, templating
 from app.http.limits import InputLimitsMiddleware
+from app.web import allocation as web_allocation
 from app.web import billing as web_billing
 from app.web import doctor as web_doctor
 from app.web import fleet as web_fleet
+from app.web import fleet_live as web_fleet_live
 from app.web import overview as web_overview
 from app.web import overview_panels as web_overview_panels
 from app.web import policy as web_policy
+from app.web import review as web_review
 from app.web import sla as web_sla
 from app.web import tenants as web_tenants
 from app.web.navigation import navigation_context
@@ -55,6 +59,7 @@ def create_app() -> FastAPI:
     app.include_router(api_system.router)
     app.include_router(api_billing.router, prefix="/api/v1")
     app.include_router(api_usage.router, prefix="/api/v1")
+    app.include_router(api_allocation.router, prefix="/api/v1")
     app.include_router(api_policy.router, prefix="/api/v1")
     app.include_router(api_review.router, prefix="/api/v1")
     app.include_router(api_directory.router, prefix="/api/v1")
@@ -62,10 +67,13 @@ def create_app() -> FastAPI:
     app.include_router(auth_routes.web)
     app.include_router(web_overview.router)
     app.include_router(web_policy.router)
+    app.include_router(web_review.router)
     app.include_router(web_billing.report_router)  # before web_billing.router: see there
     app.include_router(web_billing.router)
     app.include_router(web_tenants.router)
+    app.include_router(web_allocation.router)
     app.include_router(web_fleet.router)
+    app.include_router(web_fleet_live.router)
     app.include_router(web_sla.router)
     app.include_router(web_overview_panels.router)
     app.include_router(web_doctor.router)

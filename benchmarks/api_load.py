@@ -1,6 +1,9 @@
 """Benchmark: the finance API under load, `GET /api/v1/periods/{p}/invoices?limit=100` against /healthz.
 
-Run:  .venv/bin/python benchmarks/api_load.py [--requests 640 --concurrency 64 --time-cap 60]
+Run:  .venv/bin/python benchmarks/api_load.py [--requests 640 --concurrency 64 --time-cap 60] [--allocation]
+
+`--allocation` adds phases of the allocation explorer's API over the same month
+(`GET /api/v1/allocation?window={p}&aggregate=tenant`, and `aggregate=namespace`), each between healthz phases.
 
 A throwaway PostgreSQL database gets one month of rollups for 500 tenants, 40 pools and 8,192 GPUs
 (the rating benchmark's generator, bulk COPY in a child process) and is rated through
@@ -71,7 +74,15 @@ async def run_load(base: str, token: str, args) -> list[tuple[str, dict]]:
         body = first.json()
         if first.status_code != 200 or len(body["invoices"]) != 100 or not body["next_cursor"]:
             raise SystemExit(f"invoice page check failed: HTTP {first.status_code} {first.text[:200]}")
-        return await interleaved(client, [("invoices?limit=100", invoices, auth)] * args.rounds, args)
+        phases = [("invoices?limit=100", invoices, auth)] * args.rounds
+        if args.allocation:
+            for aggregate in ("tenant", "namespace"):
+                path = f"/api/v1/allocation?window={args.month}&aggregate={aggregate}"
+                answer = await client.get(path, headers=auth)
+                if answer.status_code != 200 or len(answer.json()["rows"]) < args.tenants:
+                    raise SystemExit(f"allocation check failed: HTTP {answer.status_code} {answer.text[:200]}")
+                phases.append((f"allocation {aggregate}", path, auth))
+        return await interleaved(client, phases, args)
 
 
 def main() -> None:
@@ -84,6 +95,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--time-cap", type=float, default=60.0, help="seconds per phase at most")
     parser.add_argument("--rounds", type=int, default=2, help="invoice phases (each followed by a healthz phase)")
+    parser.add_argument("--allocation", action="store_true", help="also load GET /api/v1/allocation (tenant, namespace)")
     args = parser.parse_args()
 
     url = create_database()

@@ -18,8 +18,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from contextlib import ExitStack
 from datetime import timedelta
@@ -35,10 +37,12 @@ from app.auth import service, sessions  # noqa: E402
 from app.core.db import make_engine, unit_of_work  # noqa: E402
 from app.core.timeutil import floor_hour, utcnow  # noqa: E402
 from app.metrics.ingest import ingest_hours  # noqa: E402
-from app.metrics.simulator import Simulator  # noqa: E402
+from app.metrics.live import LIVE_METRICS  # noqa: E402
+from app.metrics.simulator import Simulator, serve_exporter  # noqa: E402
 from app.metrics.simulator.policy import seed_policy  # noqa: E402
 from app.policy.service import import_version  # noqa: E402
 from tests.support.databases import drop_postgres_database, migrated, new_postgres_database  # noqa: E402
+from tests.support.prometheus import PrometheusServer  # noqa: E402
 from tests.support.server import running_portal  # noqa: E402
 
 HTMX = {"HX-Request": "true"}
@@ -48,6 +52,11 @@ ROUTES = [
     ("overview htmx range", "/?start={start}&end={end}", {**HTMX, "HX-Target": "main"}),
     ("partial: ingestion health", "/overview/health", HTMX),
     ("partial: SLA status", "/overview/sla", HTMX),
+    # Issue 13: the per-GPU heatmap of the largest pool over the whole range, a MIG GPU's instances, and the
+    # live fleet view's htmx refresh (one Prometheus query per refresh, cached a few seconds across requests).
+    ("fleet: per-GPU heatmap h100", "/fleet?start={start}&end={end}&pool=h100", {}),
+    ("fleet: MIG GPU's instances", "/fleet?start={start}&end={end}&pool=mixed-a100&gpu={mig}", {}),
+    ("fleet: live refresh", "/fleet/live", {**HTMX, "HX-Target": "live"}),
 ]
 
 # Day-by-day copies of the ingested rollups (PostgreSQL): the same rows with the hour shifted by :shift days.
@@ -66,6 +75,12 @@ REPLICATE = [
                                  policy_version_id)
         SELECT hour + {SHIFT}, pool, tenant, klass, dark, gpu_seconds, activity_sum, activity_samples, policy_version_id
         FROM usage_rollup WHERE hour >= :s AND hour < :e""",
+    f"""INSERT INTO unit_hour (hour, node, gpu_uuid, gpu_instance, gpu_index, mig_profile, model, pool,
+                              capacity_gpu_seconds, gpu_seconds, activity_sum, activity_samples, tenants,
+                              fb_used_peak_mib, policy_version_id)
+        SELECT hour + {SHIFT}, node, gpu_uuid, gpu_instance, gpu_index, mig_profile, model, pool, capacity_gpu_seconds,
+               gpu_seconds, activity_sum, activity_samples, tenants, fb_used_peak_mib, policy_version_id
+        FROM unit_hour WHERE hour >= :s AND hour < :e""",
     f"""INSERT INTO breach_minute (hour, service, service_tenant, pool, minute_end, p99_ms)
         SELECT hour + {SHIFT}, service, service_tenant, pool, minute_end + {SHIFT}, p99_ms
         FROM breach_minute WHERE hour >= :s AND hour < :e""",
@@ -115,6 +130,7 @@ def seed(url: str, *, gpus: int, days: int, ingest_hours_n: int) -> dict:
         out["usage_rows"] = conn.execute(text("SELECT count(*) FROM usage_rollup")).scalar()
         out["pool_hours"] = conn.execute(text("SELECT count(*) FROM pool_hour")).scalar()
         out["breach_minutes"] = conn.execute(text("SELECT count(*) FROM breach_minute")).scalar()
+        out["unit_hours"] = conn.execute(text("SELECT count(*) FROM unit_hour")).scalar()
     engine.dispose()
     return out
 
@@ -198,7 +214,17 @@ def report(results: list[tuple[str, dict]], *, goal: float) -> None:
           f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 
-async def run_load(base: str, cookie: str, args, start: str, end: str) -> list[tuple[str, dict]]:
+def prometheus_queries(url: str | None) -> int | None:
+    """Instant queries Prometheus has answered so far, from its own /metrics (it does not scrape itself here)."""
+    if not url:
+        return None
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+               if line.startswith("prometheus_http_requests_total{") and 'handler="/api/v1/query"' in line)
+
+
+async def run_load(base: str, cookie: str, args, start: str, end: str, mig: str = "",
+                   prom: str | None = None) -> list[tuple[str, dict]]:
     # The client drops a connection idle for 2 s: uvicorn closes idle ones after 5 s, and a request sent on a
     # connection the server is closing at that moment fails with ReadError (the keep-alive race), which is
     # the client's bookkeeping, not the route under test.
@@ -206,12 +232,20 @@ async def run_load(base: str, cookie: str, args, start: str, end: str) -> list[t
                           keepalive_expiry=2.0)
     async with httpx.AsyncClient(base_url=base, cookies={sessions.SESSION_COOKIE: cookie}, timeout=60,
                                  limits=limits) as client:
-        routes = [(label, path.format(start=start, end=end), headers) for label, path, headers in ROUTES]
+        routes = [(label, path.format(start=start, end=end, mig=mig), headers) for label, path, headers in ROUTES]
         for label, path, headers in routes:  # warm-up and a check that every route answers
             r = await client.get(path, headers=headers)
             if r.status_code != 200:
                 raise SystemExit(f"{label} {path}: HTTP {r.status_code}")
-        return await interleaved(client, routes, args)
+        before = prometheus_queries(prom)
+        began = time.monotonic()
+        results = await interleaved(client, routes, args)
+        if prom:
+            asked = prometheus_queries(prom) - before
+            minutes = (time.monotonic() - began) / 60
+            print(f"live view: {asked} Prometheus instant queries over {minutes:.1f} min of load "
+                  f"({results[-2][1]['n'] if results[-2][0] == 'fleet: live refresh' else '?'} live refreshes)")
+        return results
 
 
 def main() -> None:
@@ -243,9 +277,26 @@ def main() -> None:
             if info["copied_hours"]:
                 print(f"  bulk copy of the ingested days: {info['copied_hours']} h in {info['copy_s']:.1f} s")
             print(f"  rows: usage_rollup {info['usage_rows']:,}, pool_hour {info['pool_hours']:,}, "
-                  f"breach_minute {info['breach_minutes']:,}")
+                  f"breach_minute {info['breach_minutes']:,}, unit_hour {info['unit_hours']:,}")
         server_args = ("--workers", str(args.workers), "--log-level", "warning", "--no-access-log")
-        base = stack.enter_context(running_portal(url, extra_args=server_args)).base
+        # The live view reads a real Prometheus scraping the simulator's exporter (the same fleet) every 15 s.
+        # Only the device families the live view reads: rendering the vLLM histograms of 1,024 GPUs' replicas
+        # takes ~17 s, past the scrape timeout (the SLA query then finds no traffic, at the same cost).
+        sim = Simulator(seed=42, gpus=args.gpus, scrape_interval_s=30)
+        exporter = serve_exporter(sim, families=LIVE_METRICS)
+        stack.callback(exporter.shutdown)
+        prom_root = Path(tempfile.mkdtemp(prefix="bench-prom-"))
+        stack.callback(shutil.rmtree, prom_root, True)
+        prom = stack.enter_context(PrometheusServer(prom_root, scrape_target=f"127.0.0.1:{exporter.server_address[1]}",
+                                                    scrape_interval_s=15))
+        deadline = time.monotonic() + 120
+        while not prom.query("DCGM_FI_DEV_GPU_UTIL"):  # the first scrape of the whole fleet has been stored
+            if time.monotonic() > deadline:
+                raise SystemExit(f"Prometheus stored no scrape of the simulator in 120 s: {prom.log.read_text()[-2000:]}")
+            time.sleep(0.5)
+        env = {**os.environ, "CHARGEBACK_PROMETHEUS_URL": prom.url}
+        base = stack.enter_context(running_portal(url, extra_args=server_args, env=env)).base
+        mig = next(g.uuid for g in sim.topology.gpus if g.mig)
         cookie = sessions.sign_session_id(info["session_id"])
         from app.core.settings import get_settings
 
@@ -254,7 +305,7 @@ def main() -> None:
         end = (info["end"] - timedelta(seconds=1)).astimezone(tz).date().isoformat()
         print(f"load: {args.requests} requests per route, {args.concurrency} concurrent, cap {args.time_cap:.0f} s, "
               f"{args.workers} uvicorn worker(s), loopback {base}")
-        results = asyncio.run(run_load(base, cookie, args, start, end))
+        results = asyncio.run(run_load(base, cookie, args, start, end, mig, prom.url))
         report(results, goal=5)
     finally:
         stack.close()

@@ -129,7 +129,7 @@ def neutralise(value: str) -> str:
     return value
 
 
-def _csv_bytes(header: list[str], rows: list[list[str]]) -> bytes:
+def csv_bytes(header: list[str], rows: list[list[str]]) -> bytes:
     """Every cell is neutralised here, once, so no column (names from the policy, reasons, ids) can be missed."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -155,7 +155,7 @@ def render_csv(view: PeriodView) -> bytes:
         ]
         for l in view.lines
     ]
-    return _csv_bytes(CSV_COLUMNS, rows)
+    return csv_bytes(CSV_COLUMNS, rows)
 
 
 # FOCUS 1.2: the 21 mandatory columns first (alphabetical, as the spec lists them), then the
@@ -265,7 +265,7 @@ def render_focus(view: PeriodView) -> bytes:
             "x_PolicyVersion": str(l.policy_version),
         }
         rows.append([values[c] for c in FOCUS_COLUMNS])
-    return _csv_bytes(FOCUS_COLUMNS, rows)
+    return csv_bytes(FOCUS_COLUMNS, rows)
 
 
 def _dark_multipliers(view: PeriodView) -> dict[int, Decimal]:

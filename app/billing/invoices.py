@@ -13,6 +13,16 @@ from decimal import Decimal
 from sqlalchemy import select
 from sqlmodel import Session
 
+from app.billing.invoice_lines import (
+    GROUP_LABELS,
+    VersionTerms,
+    billing_dates,
+    coverage,
+    explain,
+    order_key,
+    status_of,
+)
+from app.billing.loader import DocumentCache
 from app.billing.models import (
     BillingPeriod,
     ChargeLineRecord,
@@ -25,7 +35,9 @@ from app.billing.models import (
 from app.billing.totals import BILLED_KINDS, NOT_TENANTS, account_totals, department_rollup, fold_totals
 from app.billing.types import BALANCE_KINDS, PLATFORM, QUANTITY, TRANSFER_KINDS, LineKind
 from app.core.errors import NotFound
+from app.core.settings import get_settings
 from app.core.timeutil import SECONDS_PER_HOUR
+from app.metrics.breaches_read import breach_minute_counts
 from app.metrics.efficiency import mean_activity
 from app.metrics.quality import FindingsSummary, findings_summary
 
@@ -44,6 +56,10 @@ class PeriodView:
     unpooled: list[UnpooledUsageRecord]
     # What ingestion cut rather than billed in the period's hours (read from the hourly rollups).
     findings: FindingsSummary = field(default_factory=FindingsSummary)
+    # The prices lines quote (dark-time multiplier, penalties), per policy version the lines name.
+    terms: dict[int, VersionTerms] = field(default_factory=dict)
+    # Breach minutes stored for the period's hours per (service, pool): the SLA page's count.
+    breach_minutes: dict[tuple[str, str], int] = field(default_factory=dict)
 
     @property
     def tenants(self) -> list[str]:
@@ -94,7 +110,22 @@ def load_view(*, session: Session, period: BillingPeriod) -> PeriodView:
     )
     findings = findings_summary(session=session, start=period.starts_at, end=period.ends_at)
     return PeriodView(period=period, lines=lines, usage=usage, unattributed=unattributed, costs=costs,
-                      unpooled=unpooled, findings=findings)
+                      unpooled=unpooled, findings=findings, terms=version_terms(session, {l.policy_version for l in lines}),
+                      breach_minutes=breach_minute_counts(session=session, start=period.starts_at, end=period.ends_at))
+
+
+def version_terms(session: Session, versions: set[int]) -> dict[int, VersionTerms]:
+    """Dark-time multiplier and penalties per breach minute of each policy version (unknown versions skipped)."""
+    docs = DocumentCache(session)
+    out = {}
+    for number in sorted(versions):
+        try:
+            doc = docs.get(number)
+        except NotFound:
+            continue
+        out[number] = VersionTerms(doc.pricing.dark_time_multiplier,
+                                   {s.service: s.penalty_per_breach_minute for s in doc.sla})
+    return out
 
 
 def line_dict(line: ChargeLineRecord) -> dict:
@@ -126,20 +157,33 @@ def _issued_hour_weighted(rows: list[TenantUsageRecord]) -> float | None:
 
 def tenant_invoice(view: PeriodView, tenant: str) -> dict:
     """One tenant's invoice: its lines, GPU-hours per pool and class, efficiency, penalties, credits, total."""
-    lines = [l for l in view.lines if l.account == tenant]
+    lines = sorted((l for l in view.lines if l.account == tenant), key=order_key)
     usage = [u for u in view.usage if u.tenant == tenant]
     if tenant in NOT_TENANTS or (not lines and not usage):
         raise NotFound(f"No invoice for tenant {tenant!r} in {view.period.month}")
     department = next((l.department for l in lines if l.department), "") or next((u.department for u in usage), "")
     penalties = sum((l.amount for l in lines if l.kind == LineKind.SLA_PENALTY), ZERO)
     credits = ZERO - sum((l.amount for l in lines if l.kind == LineKind.SLA_CREDIT), ZERO)
+    currency = view.period.currency
+    explained = [{**line_dict(l), **explain(l, view.terms.get(l.policy_version), currency)} for l in lines]
+    groups: dict[str, list[dict]] = {}
+    for line in explained:
+        groups.setdefault(line["group"], []).append(line)
     return {
         "period": view.period.month,
         "status": view.period.status,
+        **status_of(view.period),
         "tenant": tenant,
         "department": department,
-        "currency": view.period.currency,
-        "lines": [line_dict(l) for l in lines],
+        "currency": currency,
+        "billing_dates": billing_dates(view.period, get_settings().tz),
+        "coverage": coverage(view.period),
+        "lines": explained,
+        "groups": [
+            {"group": g, "label": GROUP_LABELS.get(g, g), "subtotal": sum((l["amount"] for l in ls), ZERO),
+             "line_ids": [l["line_id"] for l in ls]}
+            for g, ls in groups.items()
+        ],
         "gpu_hours": [
             {"pool": u.pool, "class": u.klass, "busy": u.busy_gpu_hours, "dark": u.dark_gpu_hours,
              "total": u.busy_gpu_hours + u.dark_gpu_hours, "efficiency": u.efficiency}
@@ -152,6 +196,14 @@ def tenant_invoice(view: PeriodView, tenant: str) -> dict:
         "corrections": sum((l.amount for l in lines if l.source == LineSource.CORRECTION), ZERO),
         "total": account_totals(lines).get(tenant, ZERO),
     }
+
+
+def invoice_line(view: PeriodView, tenant: str, line_id: str) -> ChargeLineRecord:
+    """One line of a tenant's invoice by its id; 404 for any other tenant's line."""
+    for line in view.lines:
+        if line.account == tenant and line.line_id == line_id and tenant not in NOT_TENANTS:
+            return line
+    raise NotFound(f"No line {line_id!r} on the invoice of {tenant!r} in {view.period.month}")
 
 
 def invoice_summaries(view: PeriodView, visible: frozenset[str] | None) -> dict:
@@ -168,6 +220,25 @@ def invoice_summaries(view: PeriodView, visible: frozenset[str] | None) -> dict:
         "invoices": invoices,
         "departments": department_rollup(invoices),
     }
+
+
+def sla_reconciliation(view: PeriodView) -> list[dict]:
+    """Per service and pool: the breach minutes stored for the period (what the SLA page counts) against the
+    minutes its credit covers; the rest are unattributed (nobody co-located: nobody to charge) or were not rated
+    (hours ingested again after rating, or hours rating skipped). Unresolved minutes are never breach minutes."""
+    credited: dict[tuple[str, str], int] = {}
+    for l in view.lines:
+        if l.kind == LineKind.SLA_CREDIT and l.source == LineSource.RATING:
+            credited[(l.service, l.pool)] = credited.get((l.service, l.pool), 0) + int(l.quantity)
+    unattributed: dict[tuple[str, str], int] = {}
+    for b in view.unattributed:
+        unattributed[(b.service, b.pool)] = unattributed.get((b.service, b.pool), 0) + 1
+    out = []
+    for key in sorted(set(credited) | set(unattributed) | set(view.breach_minutes)):
+        stored, paid, nobody = view.breach_minutes.get(key, 0), credited.get(key, 0), unattributed.get(key, 0)
+        out.append({"service": key[0], "pool": key[1], "breach_minutes": stored, "credited_minutes": paid,
+                    "unattributed_minutes": nobody, "not_rated_minutes": stored - paid - nobody})
+    return out
 
 
 def platform_statement(view: PeriodView) -> dict:
@@ -206,6 +277,7 @@ def platform_statement(view: PeriodView) -> dict:
         "period": view.period.month,
         "status": view.period.status,
         "currency": view.period.currency,
+        "sla_minutes": sla_reconciliation(view),
         "balance": {k: by_kind[k] for k in BALANCE_KINDS},
         "balance_total": sum(by_kind.values(), ZERO),
         "unallocated": {"gpu_hours": unallocated_hours.quantize(QUANTITY), "amount": unallocated_amount},

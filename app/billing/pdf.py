@@ -16,6 +16,7 @@ from fpdf.enums import TextEmphasis, XPos, YPos
 
 from app.billing.invoices import PeriodView, invoice_summaries, platform_statement, tenant_invoice
 from app.billing.types import LineKind
+from app.http.numbers import exact_number
 
 LABELS = {
     LineKind.IDLE: "Idle capacity",
@@ -210,19 +211,44 @@ def render_pdf(view: PeriodView) -> bytes:
     return bytes(doc.output())
 
 
+def _num(value: Decimal | None, *, trim: bool = True) -> str:
+    return "-" if value is None else exact_number(value, trim=trim, separators=False)
+
+
 def _invoice_page(doc: _Doc, view: PeriodView, tenant: str) -> None:
     period, cur = view.period, view.period.currency
     inv = tenant_invoice(view, tenant)
+    dates, cov = inv["billing_dates"], inv["coverage"]
     doc.add_page()
-    doc.heading(f"Invoice {period.month} - tenant {tenant}", 14)
-    doc.line_text(f"Department: {inv['department'] or '-'}    Status: {period.status}    Currency: {cur}")
+    doc.heading(f"Invoice {period.month} - tenant {tenant}" + ("" if inv["final"] else " - DRAFT"), 14)
+    doc.line_text(f"Department: {inv['department'] or '-'}    Status: {inv['status_label']}    Currency: {cur}")
+    doc.line_text(f"Billing period: {dates['first_day']} to {dates['last_day']} ({dates['start_local']} to "
+                  f"{dates['end_local']}, {dates['timezone']}, end exclusive)")
+    doc.line_text(f"Coverage: {cov['hours_measured']} of {cov['hours_in_month']} hours of the month measured"
+                  + ("" if cov["complete"] else " - PARTIAL"))
+    doc.line_text("Amounts: hours summed exactly, rounded once half-even to the cent; quantity x unit rate, rounded "
+                  "half-even, = amount.")
     doc.ln(2)
+    rows: list[list[str]] = []
+    for group in inv["groups"]:
+        rows.append([f"{group['label']}", "", "", "", "", "", _money(group["subtotal"], cur)])
+        for l in (line for line in inv["lines"] if line["group"] == group["group"]):
+            unit = "min" if l["unit"] == "breach-minute" else "GPU-h"
+            rows.append([
+                "  " + l["kind"].replace("_", " ") + (" (correction)" if l["correction"] else ""), l["pool"],
+                l["class"] + (f" {l['service']}" if l["service"] else ""), str(l["policy_version"]),
+                f"{_num(l['quantity'])} {unit}", _num(l["unit_rate"], trim=False), _money(l["amount"], cur),
+            ])
+            if l["dark_multiplier"] is not None:
+                rows.append([f"    at full rate {_money(l['undiscounted_amount'], cur)} x dark-time multiplier "
+                             f"{_num(l['dark_multiplier'])} = {_money(l['amount'], cur)}; discount "
+                             f"{_money(l['discount'], cur)}", "", "", "", "", "", ""])
+            if l["policy_rate"] is not None:
+                rows.append([f"    penalty {_money(l['policy_rate'], cur)} per breach minute (policy v{l['policy_version']})",
+                             "", "", "", "", "", ""])
     doc.table(
-        [40, 30, 22, 26, 10, 24, 34], ["Line", "Pool", "Class", "Service", "Ver", "Quantity", "Amount"],
-        [[l["kind"] + (" (correction)" if l["correction"] else ""), l["pool"], l["class"], l["service"],
-          str(l["policy_version"]), f"{l['quantity']:.4f} {'min' if l['unit'] == 'breach-minute' else 'GPU-h'}",
-          _money(l["amount"], cur)] for l in inv["lines"]],
-        right={5, 6},
+        [40, 26, 32, 10, 30, 22, 26], ["Line", "Pool", "Class / service", "Ver", "Quantity", "Unit rate", "Amount"],
+        rows, right={4, 5, 6},
     )
     doc.table(
         [50, 30, 30, 30, 46], ["Pool", "Class", "Busy GPU-h", "Dark GPU-h", "Efficiency"],
@@ -235,4 +261,4 @@ def _invoice_page(doc: _Doc, view: PeriodView, tenant: str) -> None:
     doc.line_text(f"Penalties paid: {_money(inv['penalties_paid'], cur)}    "
                   f"Credits received: {_money(inv['credits_received'], cur)}")
     doc.set_font("Helvetica", "B", 11)
-    doc.cell(0, 8, _text(f"Total due: {_money(inv['total'], cur)}"), new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+    doc.cell(0, 8, _text(f"{inv['total_label']}: {_money(inv['total'], cur)}"), new_x=XPos.LMARGIN, new_y=YPos.NEXT)

@@ -15,6 +15,7 @@ from app.core.errors import FieldError, Invalid
 from app.core.timeutil import SECONDS_PER_HOUR
 from app.metrics.types import ModelEnergy
 from app.policy.document import GpuPrice, Pricing
+from app.policy.paths import path_of
 
 HOURS_PER_YEAR = Decimal(8760)
 WATT_HOURS_PER_KWH = Decimal(1000)
@@ -61,7 +62,7 @@ class MissingPrice(Invalid):
             where = f" in policy version {', '.join(map(str, in_versions))}" if in_versions else ""
             errors.append(
                 FieldError(
-                    path=f"pricing.gpu_models.{model}",
+                    path=path_of("pricing", "gpu_models", model),
                     message=f"GPU model {model!r} has no price{where}; affected hours ({len(hours)}): {describe_hours(hours)}",
                 )
             )

@@ -142,15 +142,19 @@ def pool_costs(pool_hours: Iterable[tuple[str, PriceSheet, Iterable[ModelEnergy]
         return {pool: cost.quantize(cent) for pool, cost in sorted(sums.items())}
 
 
-def rate_period(hours: Iterable[RatingHour], *, period_start: int, period_end: int) -> RatingResult:
-    """Rate the pool-hours of one period [period_start, period_end) into lines, usage and pool costs."""
+def rate_period(hours: Iterable[RatingHour], *, period_start: int, period_end: int, exact: bool = False) -> RatingResult:
+    """Rate the pool-hours of one period [period_start, period_end) into lines, usage and pool costs.
+
+    `exact`: leave line amounts unrounded (at 1e-20), for the per-day drill-down of an invoice line,
+    whose days are rounded together so that they add up to the line (`app.billing.line_days`).
+    """
     with localcontext() as ctx:
         ctx.prec = PRECISION
         ctx.rounding = ROUND_HALF_EVEN
         rater = _Rater(period_start, period_end)
         for hour in hours:
             rater.add(hour)
-        return rater.finish()
+        return rater.finish(exact=exact)
 
 
 class _Segment:
@@ -398,12 +402,13 @@ class _Rater:
         c.minutes += 1
         c.cover(h.hour, h.hour)
 
-    def finish(self) -> RatingResult:
+    def finish(self, *, exact: bool = False) -> RatingResult:
         """Round each line once, add the credits and rounding lines, and sort deterministically."""
         if self.missing:
             raise MissingPrice(self.missing, self.missing_versions)
         currency = self.currency[0] if self.currency else Pricing.model_fields["currency"].default
-        cent = cents(currency)
+        cent = EXACT if exact else cents(currency)
+        qunit = EXACT if exact else QUANTITY
         lines: list[ChargeLine] = []
         charged: dict[str, Decimal] = {}  # pool -> sum of rounded charge and balance lines
         penalties: dict[tuple[str, str, int], Decimal] = {}  # (pool, service, version) -> sum of rounded penalties
@@ -430,10 +435,10 @@ class _Rater:
                 qty, amount, first, last = line.quantity, line.amount, line.first, line.last
                 rounded = amount.quantize(EXACT).quantize(cent)
                 if kind == LineKind.SLA_PENALTY:
-                    quantity, unit = qty.quantize(QUANTITY), BREACH_MINUTE
+                    quantity, unit = qty.quantize(qunit), BREACH_MINUTE
                     penalties[(pool, service, version)] = penalties.get((pool, service, version), ZERO) + rounded
                 else:
-                    quantity, unit = (qty / SECONDS_PER_HOUR).quantize(QUANTITY), GPU_HOUR
+                    quantity, unit = (qty / SECONDS_PER_HOUR).quantize(qunit), GPU_HOUR
                     charged[pool] = charged.get(pool, ZERO) + rounded
                 lines.append(ChargeLine(account, pool, kind, klass, version, first, last + SECONDS_PER_HOUR, quantity, unit, rounded, service))
 

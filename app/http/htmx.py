@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
 
 # Paths that always answer in JSON, whatever the Accept header says.
 _MACHINE_PREFIXES = ("/api/", "/healthz", "/metrics")
@@ -30,3 +31,10 @@ def is_htmx(request: Request) -> bool:
 def htmx_target(request: Request) -> str:
     """The id of the element an htmx request will swap ("" for a page request)."""
     return request.headers.get("hx-target", "")
+
+
+def redirect_after_post(request: Request, url: str) -> Response:
+    """Post/redirect/get: a 303 for a plain form, HX-Redirect for htmx (which would follow a 3xx inside the XHR)."""
+    if is_htmx(request):
+        return Response(status_code=204, headers={"HX-Redirect": url})
+    return RedirectResponse(url, status_code=303)

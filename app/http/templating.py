@@ -18,6 +18,7 @@ from starlette.responses import Response
 from app.core.errors import AppError
 from app.core.resources import resource_path
 from app.http.htmx import is_htmx
+from app.http.numbers import exact_number
 
 
 def _context(request: Request) -> dict[str, Any]:
@@ -61,6 +62,7 @@ templates.env.filters["merge_query"] = merge_query
 templates.env.filters["pct"] = _pct
 templates.env.filters["money"] = _money
 templates.env.filters["minutes"] = _minutes
+templates.env.filters["exact"] = lambda value, trim=True: exact_number(value, trim=trim)
 
 
 def add_context_processor(processor: Callable[[Request], dict[str, Any]]) -> None:

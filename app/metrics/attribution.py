@@ -26,10 +26,12 @@ from app.metrics.types import (
     GpuEnergy,
     HourRollup,
     ModelEnergy,
+    NamespaceRow,
     OccupancySeries,
     PoolHour,
     ServiceMinutes,
     SourceBatch,
+    UnitRow,
     UsageRow,
 )
 from app.policy import gpus
@@ -213,6 +215,9 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
     used: list[OccupancySeries] = []
     # Time-sliced nodes that kube-state-metrics describes: their units are split per node, below.
     sliced: dict[str, list] = {n: [] for p in policy.pools for n in p.time_sliced_nodes if batch.gpu_holders.get(n)}
+    seen_units: dict[tuple, object] = {}  # unit -> its labels (each unit that reported in the hour)
+    unit_seconds: dict[tuple, Fraction] = {}  # unit -> GPU-seconds it carried (after any cut)
+    unit_tenants: dict[tuple, set[str]] = defaultdict(set)
     for s in batch.occupancy:
         unit = s.labels.unit
         if chosen.get(unit) != s.metric:
@@ -227,6 +232,7 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
             if not counts:
                 continue
         pool_gpus[_pool_of(policy, s.labels.host)][s.labels.physical_gpu] = s.labels.model
+        seen_units.setdefault(unit, s.labels)
         if not s.labels.pod or s.hourly:
             continue  # the unit reported, but no pod held it: capacity, not usage
         if s.labels.host in sliced:
@@ -242,7 +248,7 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
     for b in breaches:
         breach_times[b[0].pool].add(b[1])
 
-    info: dict[int, tuple] = {}  # id(series) -> (pool, tenant, class, GPU-seconds per sample)
+    info: dict[int, tuple] = {}  # id(series) -> (pool, tenant, class, GPU-seconds per sample, its index, namespace)
     classes: dict[tuple, tuple[str, str]] = {}
     # Distinct GPU-seconds-per-sample values, keyed by a small int (hashing Fractions is slow).
     weights: dict[Fraction, int] = {}
@@ -255,10 +261,10 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
         if weight not in weights:
             weights[weight] = len(weight_list)
             weight_list.append(weight)
-        info[id(s)] = (_pool_of(policy, s.labels.host), *classes[ck], weight, weights[weight])
+        info[id(s)] = (_pool_of(policy, s.labels.host), *classes[ck], weight, weights[weight], s.labels.namespace)
 
-    # Whole samples per (pool, tenant, class, dark, weight): integer sums in the hot loop, exact
-    # fractions only for minutes where pods share a unit.
+    # Whole samples per (pool, tenant, class, dark, weight, namespace): integer sums in the hot loop,
+    # exact fractions (keyed without the weight) only for minutes where pods share a unit.
     sample_counts: dict[tuple, int] = defaultdict(int)
     shared: dict[tuple, Fraction] = defaultdict(Fraction)
     # Per series: samples it had in dark / busy minutes (for apportioning its activity).
@@ -273,7 +279,7 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
         colocated_u: dict[tuple, Fraction] = defaultdict(Fraction)
         if len(unit_series) == 1:  # one pod on the unit all hour: nothing to split
             s, counts = unit_series[0]
-            pool, tenant, klass, weight, wi = info[id(s)]
+            pool, tenant, klass, weight, wi, ns = info[id(s)]
             dark = dark_by_pool[pool]
             total_n = sum(counts.values())
             if not dark:
@@ -283,8 +289,8 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
             else:
                 dark_n = sum(counts[t] for t in counts.keys() & dark)
             busy_n = total_n - dark_n
-            counts_u[(pool, tenant, klass, True, wi)] += dark_n
-            counts_u[(pool, tenant, klass, False, wi)] += busy_n
+            counts_u[(pool, tenant, klass, True, wi, ns)] += dark_n
+            counts_u[(pool, tenant, klass, False, wi, ns)] += busy_n
             series_split[id(s)] = [dark_n, busy_n]
             if klass in COLOCATED_CLASSES:
                 for t in breach_times.get(pool, ()):
@@ -300,15 +306,15 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
                 total = sum(c for _, c in entries)
                 peak = max(c for _, c in entries)
                 for s, c in entries:
-                    pool, tenant, klass, weight, wi = info[id(s)]
+                    pool, tenant, klass, weight, wi, ns = info[id(s)]
                     is_dark = t in dark_by_pool[pool]
                     series_split[id(s)][0 if is_dark else 1] += c
                     if total == peak:
-                        counts_u[(pool, tenant, klass, is_dark, wi)] += c
+                        counts_u[(pool, tenant, klass, is_dark, wi, ns)] += c
                         seconds = weight * c
                     else:  # pods (or vgpu replicas) share the unit in this minute: split by series held
                         seconds = Fraction(c * peak, total) * weight
-                        shared_u[(pool, tenant, klass, is_dark)] += seconds
+                        shared_u[(pool, tenant, klass, is_dark, ns)] += seconds
                     if klass in COLOCATED_CLASSES and t in breach_times.get(pool, ()):
                         colocated_u[(pool, t, tenant)] += seconds
         # A unit is never billed above its capacity: cut the excess pro rata and record it.
@@ -321,11 +327,13 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
             scaled: dict[tuple, Fraction] = defaultdict(Fraction, {k: v * scale for k, v in shared_u.items()})
             for k, n in counts_u.items():
                 if n:
-                    scaled[k[:4]] += weight_list[k[4]] * n * scale
+                    scaled[(*k[:4], k[5])] += weight_list[k[4]] * n * scale
             counts_u, shared_u = {}, scaled
             colocated_u = {k: v * scale for k, v in colocated_u.items()}
             findings.append(_over_capacity(info[id(unit_series[0][0])][0], unit, billed, capacity,
                                            f"{len(unit_series)} series"))
+        unit_seconds[unit] = min(billed, capacity)
+        unit_tenants[unit].update(info[id(s)][1] for s, _ in unit_series)
         for k, n in counts_u.items():
             sample_counts[k] += n
         for k, v in shared_u.items():
@@ -335,25 +343,33 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
 
     for host, host_series in sliced.items():
         pool = _pool_of(policy, host)
-        split, cuts = split_time_sliced(
+        split, cuts, carried = split_time_sliced(
             host_series, batch.gpu_holders[host], dark=dark_by_pool[pool],
             weight_of=lambda s: (_interval(s, scrape_interval_s), unit_fraction(s.labels.model, s.labels.mig_profile)),
             classify=lambda namespace: _classify(policy, namespace, ""))
         findings += [_over_capacity(pool, unit, billed, cap, "time-sliced unit") for unit, billed, cap in cuts]
-        for (tenant, klass, is_dark, t), seconds in split.items():
-            shared[(pool, tenant, klass, is_dark)] += seconds
+        unit_seconds.update(carried)
+        for s, _ in host_series:
+            unit_tenants[s.labels.unit].add(_classify(policy, s.labels.namespace, "")[0])
+        for (tenant, klass, is_dark, t, ns), seconds in split.items():
+            shared[(pool, tenant, klass, is_dark, ns)] += seconds
             if klass in COLOCATED_CLASSES and t in breach_times.get(pool, ()):
                 colocated[(pool, t)][tenant] += seconds
 
-    usage: dict[tuple, Fraction] = defaultdict(Fraction)
-    for (pool, tenant, klass, is_dark, wi), n in sample_counts.items():
+    # Per namespace first; a (pool, tenant, class, dark) cell is the exact sum of its namespaces.
+    by_namespace: dict[tuple, Fraction] = defaultdict(Fraction)
+    for (pool, tenant, klass, is_dark, wi, ns), n in sample_counts.items():
         if n:
-            usage[(pool, tenant, klass, is_dark)] += weight_list[wi] * n
+            by_namespace[(pool, tenant, klass, is_dark, ns)] += weight_list[wi] * n
     for key, seconds in shared.items():
-        usage[key] += seconds
+        by_namespace[key] += seconds
+    usage: dict[tuple, Fraction] = defaultdict(Fraction)
+    for key, seconds in by_namespace.items():
+        usage[key[:4]] += seconds
 
     # Efficiency inputs: each series' hourly activity, apportioned to dark/busy by its samples.
     activity: dict[tuple, list] = defaultdict(lambda: [0.0, 0])
+    ns_activity: dict[tuple, list] = defaultdict(lambda: [0.0, 0])
     for s in used:
         dark_n, busy_n = series_split.get(id(s), (0, 0))
         n = dark_n + busy_n
@@ -362,12 +378,12 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
         total_activity = s.activity.get(hi, 0.0)
         if not math.isfinite(total_activity):
             total_activity = 0.0
-        pool, tenant, klass, _, _ = info[id(s)]
+        pool, tenant, klass, _, _, ns = info[id(s)]
         for is_dark, k in ((True, dark_n), (False, busy_n)):
             if k:
-                acc = activity[(pool, tenant, klass, is_dark)]
-                acc[0] += total_activity * k / n
-                acc[1] += k
+                for acc in (activity[(pool, tenant, klass, is_dark)], ns_activity[(pool, tenant, klass, is_dark, ns)]):
+                    acc[0] += total_activity * k / n
+                    acc[1] += k
 
     rows = []
     for key in sorted(usage, key=lambda k: (k[0], k[1], k[2], k[3])):
@@ -390,7 +406,77 @@ def attribute_hour(batch: SourceBatch, *, hour: int, policy: PolicyDocument,
         for sla, m, p99_ms in breaches
     ]
     return HourRollup(hour=hour, usage=rows, pools=pool_rows, breaches=breach_rows,
-                      unresolved=unresolved_minutes(batch, lo, hi, policy), findings=findings)
+                      unresolved=unresolved_minutes(batch, lo, hi, policy), findings=findings,
+                      units=_unit_rows(batch, hi, policy, seen_units, unit_seconds, unit_tenants, used, series_split),
+                      namespaces=namespace_rows(rows, by_namespace, ns_activity))
+
+
+def _unit_rows(batch: SourceBatch, hour_end: int, policy: PolicyDocument, seen: dict, seconds: dict[tuple, Fraction],
+               tenants: dict[tuple, set[str]], used: list[OccupancySeries], split: dict[int, list[int]]) -> list[UnitRow]:
+    """Per GPU unit that reported in the hour: the GPU-seconds it carried (the pool usage rows sum to these),
+    its holders' tenants, engine activity over its occupied samples and its FB_USED peak."""
+    activity: dict[tuple, list] = defaultdict(lambda: [0.0, 0])
+    for s in used:
+        n = sum(split.get(id(s), (0, 0)))
+        value = s.activity.get(hour_end, 0.0)
+        if n and math.isfinite(value):
+            acc = activity[s.labels.unit]
+            acc[0] += value
+            acc[1] += n
+    rows = []
+    capacities: dict[tuple[str, str], Decimal] = {}  # (model, profile) -> capacity, computed once (Fractions are slow)
+    pools: dict[str, str] = {}
+    zero = Decimal(0).quantize(MICRO)
+    for unit in sorted(seen):
+        labels = seen[unit]
+        kind = (labels.model, labels.mig_profile)
+        if kind not in capacities:
+            capacities[kind] = quantize_micro(HOUR_S * unit_fraction(*kind))
+        if labels.host not in pools:
+            pools[labels.host] = _pool_of(policy, labels.host)
+        carried = seconds.get(unit)
+        if carried is None or not carried:
+            used_s = zero
+        elif carried.denominator == 1:
+            used_s = Decimal(carried.numerator).quantize(MICRO)
+        else:
+            used_s = quantize_micro(carried)
+        peak = batch.fb_peak.get(unit, {}).get(hour_end)
+        act = activity.get(unit, (0.0, 0))
+        rows.append(UnitRow(
+            pool=pools[labels.host], node=labels.host, gpu_uuid=labels.uuid, gpu_index=labels.gpu,
+            gpu_instance=labels.gpu_instance, mig_profile=labels.mig_profile, model=labels.model,
+            capacity_gpu_seconds=capacities[kind], gpu_seconds=used_s, activity_sum=act[0], activity_samples=act[1],
+            tenants=tuple(sorted(tenants.get(unit, ()))),
+            fb_used_peak_mib=peak if peak is not None and math.isfinite(peak) and peak >= 0 else None))
+    return rows
+
+
+def namespace_rows(usage: list[UsageRow], by_namespace: dict[tuple, Fraction],
+                   activity: dict[tuple, list]) -> list[NamespaceRow]:
+    """Each usage row split into its namespaces, in micro-GPU-seconds that add up to the row exactly.
+
+    Every namespace gets its exact share rounded down to 1e-6; the micro-seconds the row's own
+    rounding leaves over go to the largest remainders (ties: namespace name), so sum == row always.
+    """
+    parts: dict[tuple, list[tuple[str, Fraction]]] = defaultdict(list)
+    for (pool, tenant, klass, is_dark, ns), seconds in by_namespace.items():
+        parts[(pool, tenant, klass, is_dark)].append((ns, seconds * 1_000_000))
+    out = []
+    for row in usage:
+        key = (row.pool, row.tenant, row.klass, row.dark)
+        pieces = sorted(parts.get(key, ()))
+        floors = [math.floor(micro) for _, micro in pieces]
+        left = int(row.gpu_seconds.scaleb(6)) - sum(floors)
+        order = sorted(range(len(pieces)), key=lambda i: (-(pieces[i][1] - floors[i]), pieces[i][0]))
+        for i in order[:left]:
+            floors[i] += 1
+        for (ns, _), micro in zip(pieces, floors):
+            act = activity.get((*key, ns), (0.0, 0))
+            out.append(NamespaceRow(pool=row.pool, namespace=ns, tenant=row.tenant, klass=row.klass, dark=row.dark,
+                                    gpu_seconds=Decimal(micro).scaleb(-6).quantize(MICRO),
+                                    activity_sum=act[0], activity_samples=act[1]))
+    return out
 
 
 def hour_of(t: int) -> int:
@@ -435,6 +521,10 @@ def split_hours(batch: SourceBatch) -> dict[int, SourceBatch]:
         for t, held in minutes.items():
             if hour_of(t) in out:
                 out[hour_of(t)].gpu_holders.setdefault(host, {})[t] = held
+    for unit, peaks in batch.fb_peak.items():
+        for t, v in peaks.items():
+            if hour_of(t) in out:
+                out[hour_of(t)].fb_peak.setdefault(unit, {})[t] = v
     for name, svc in batch.services.items():
         for h in out:
             out[h].services[name] = ServiceMinutes(service=name)

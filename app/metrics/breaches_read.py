@@ -113,3 +113,52 @@ def breach_minutes(*, session: Session, period: DateRange, service: str, tenants
         visible = [s for s in mine if tenants is None or s[0] in tenants]
         out.append(Breach(aware(h.minute_end), Decimal(h.p99_ms), h.pool, visible, len(mine) - len(visible)))
     return out, int(total)
+
+
+def breach_minute_counts(*, session: Session, start: datetime, end: datetime) -> dict[tuple[str, str], int]:
+    """Stored breach minutes per (service, pool) of the hours [start, end): what the SLA page counts."""
+    rows = session.exec(
+        select(BreachMinuteRollup.service, BreachMinuteRollup.pool, func.count())
+        .where(BreachMinuteRollup.hour >= start, BreachMinuteRollup.hour < end)
+        .group_by(BreachMinuteRollup.service, BreachMinuteRollup.pool)
+    )
+    return {(service, pool): int(n) for service, pool, n in rows}
+
+
+@dataclass(frozen=True)
+class PaidBreach:
+    """A breach minute one tenant was co-located in: only that tenant's own figure, never another's."""
+
+    minute_end: datetime
+    p99_ms: Decimal
+    pool: str
+    gpu_seconds: Decimal  # the tenant's own GPU-seconds in the pool during the minute
+    shared: bool  # other tenants were co-located too (neither named nor counted)
+
+
+PAID_LIST_LIMIT = 5000
+
+
+def paid_breach_minutes(*, session: Session, start: datetime, end: datetime, tenant: str, service: str,
+                        limit: int = PAID_LIST_LIMIT) -> tuple[list[PaidBreach], int]:
+    """Breach minutes of `service` in the hours [start, end) in which `tenant` had GPU-seconds (oldest first)."""
+    mine = readable(
+        select(BreachMinuteRollup.id, BreachMinuteRollup.minute_end, BreachMinuteRollup.p99_ms, BreachMinuteRollup.pool,
+               BreachShare.gpu_seconds)
+        .join(BreachShare, col(BreachShare.breach_id) == col(BreachMinuteRollup.id))
+        .where(BreachShare.tenant == tenant, BreachMinuteRollup.service == service, BreachShare.gpu_seconds > 0,
+               BreachMinuteRollup.hour >= start, BreachMinuteRollup.hour < end),
+        BreachShare, frozenset({tenant}),
+    )
+    total = session.exec(select(func.count()).select_from(mine.subquery())).one()
+    rows = list(session.exec(mine.order_by(BreachMinuteRollup.minute_end).limit(limit)))
+    others: set[int] = set()
+    if rows:
+        # Only whether someone else shared the minute is read (for the penalty split), not who or how much.
+        others = set(session.exec(
+            select(BreachShare.breach_id)
+            .where(col(BreachShare.breach_id).in_([r[0] for r in rows]), BreachShare.tenant != tenant,
+                   BreachShare.gpu_seconds > 0)
+            .distinct()
+        ))
+    return [PaidBreach(aware(m), Decimal(p99), pool, Decimal(gs), bid in others) for bid, m, p99, pool, gs in rows], int(total)

@@ -28,9 +28,11 @@ from app.metrics.models import (
     DataQualityFinding,
     IngestHour,
     IngestStatus,
+    NamespaceUsage,
     PoolHourModel,
     PoolHourRollup,
     SlaUnresolvedHour,
+    UnitHourRollup,
     UsageRollup,
 )
 from app.metrics.types import HourRollup, MetricsSource
@@ -194,8 +196,10 @@ def replace_hour(session: Session, rollup: HourRollup, version_id: int) -> None:
     hour = from_epoch(rollup.hour)
     breach_ids = select(BreachMinuteRollup.id).where(BreachMinuteRollup.hour == hour)
     session.execute(delete(BreachShare).where(BreachShare.breach_id.in_(breach_ids)))
-    for table in (BreachMinuteRollup, UsageRollup, PoolHourModel, PoolHourRollup, SlaUnresolvedHour, DataQualityFinding):
+    for table in (BreachMinuteRollup, UsageRollup, NamespaceUsage, PoolHourModel, PoolHourRollup, SlaUnresolvedHour,
+                  DataQualityFinding):
         session.execute(delete(table).where(table.hour == hour))
+    replace_unit_hours(session, hour, rollup, version_id)
     # Plain executemany inserts: building ORM objects for thousands of rows costs more than the writes.
     if rollup.usage:
         session.execute(insert(UsageRollup), [
@@ -203,6 +207,13 @@ def replace_hour(session: Session, rollup: HourRollup, version_id: int) -> None:
              "gpu_seconds": u.gpu_seconds, "activity_sum": u.activity_sum, "activity_samples": u.activity_samples,
              "policy_version_id": version_id}
             for u in rollup.usage
+        ])
+    if rollup.namespaces:
+        session.execute(insert(NamespaceUsage), [
+            {"hour": hour, "pool": n.pool, "namespace": n.namespace, "tenant": n.tenant, "klass": n.klass,
+             "dark": n.dark, "gpu_seconds": n.gpu_seconds, "activity_sum": n.activity_sum,
+             "activity_samples": n.activity_samples}
+            for n in rollup.namespaces
         ])
     if rollup.pools:
         session.execute(insert(PoolHourRollup), [
@@ -237,6 +248,20 @@ def replace_hour(session: Session, rollup: HourRollup, version_id: int) -> None:
         for row, b in zip(breaches, rollup.breaches) for tenant, seconds in b.colocated
     )
     session.flush()
+
+
+def replace_unit_hours(session: Session, hour: datetime, rollup: HourRollup, version_id: int) -> None:
+    """The hour's per-unit rows (unit_hour), replaced in the caller's savepoint with the hour's other rollups."""
+    session.execute(delete(UnitHourRollup).where(UnitHourRollup.hour == hour))
+    if rollup.units:
+        session.execute(insert(UnitHourRollup), [
+            {"hour": hour, "node": u.node, "gpu_uuid": u.gpu_uuid, "gpu_instance": u.gpu_instance,
+             "gpu_index": u.gpu_index, "mig_profile": u.mig_profile, "model": u.model, "pool": u.pool,
+             "capacity_gpu_seconds": u.capacity_gpu_seconds, "gpu_seconds": u.gpu_seconds,
+             "activity_sum": u.activity_sum, "activity_samples": u.activity_samples, "tenants": ",".join(u.tenants),
+             "fb_used_peak_mib": u.fb_used_peak_mib, "policy_version_id": version_id}
+            for u in rollup.units
+        ])
 
 
 def _mark_ok(session: Session, hour: datetime, version_id: int, duration_s: float, now: datetime | None) -> None:

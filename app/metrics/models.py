@@ -6,7 +6,7 @@ from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 
-from sqlalchemy import Column, Numeric, UniqueConstraint
+from sqlalchemy import Column, Index, Numeric, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 import app.core.models  # noqa: F401  (naming convention)
@@ -49,6 +49,28 @@ class UsageRollup(SQLModel, table=True):
     activity_sum: float = 0.0
     activity_samples: int = 0
     policy_version_id: int = Field(foreign_key="policy_version.id")
+
+
+class NamespaceUsage(SQLModel, table=True):
+    """A `usage_rollup` row split by namespace (SPEC section 4: unallocated use traced to its namespaces).
+
+    The namespaces of one (hour, pool, tenant, class, dark) add up to that usage row exactly. Hours
+    ingested before this table existed have no rows: readers show them as NOT_RECORDED.
+    """
+
+    __tablename__ = "namespace_usage"
+    __table_args__ = (UniqueConstraint("hour", "pool", "namespace", "tenant", "klass", "dark", name="uq_namespace_usage_key"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    hour: datetime = Field(index=True)
+    pool: str
+    namespace: str
+    tenant: str = Field(index=True)
+    klass: str
+    dark: bool
+    gpu_seconds: Decimal = Field(sa_column=Column(GPU_SECONDS, nullable=False))
+    activity_sum: float = 0.0
+    activity_samples: int = 0
 
 
 class PoolHourRollup(SQLModel, table=True):
@@ -120,3 +142,29 @@ class DataQualityFinding(SQLModel, table=True):
     unit: str  # host/UUID[/GPU instance]
     gpu_seconds_cut: Decimal = Field(sa_column=Column(GPU_SECONDS, nullable=False))
     detail: str = ""
+
+
+class UnitHourRollup(SQLModel, table=True):
+    """One GPU unit's hour (a whole GPU, or a MIG instance): GPU-seconds it carried, holders, activity, memory peak.
+
+    Written with the hour's other rollups; a pool's usage rows sum to its units' GPU-seconds (up to 1e-6 rounding).
+    """
+
+    __tablename__ = "unit_hour"
+    __table_args__ = (Index("ix_unit_hour_pool_hour", "pool", "hour"),)
+
+    hour: datetime = Field(primary_key=True)
+    node: str = Field(primary_key=True)
+    gpu_uuid: str = Field(primary_key=True)
+    gpu_instance: str = Field(default="", primary_key=True)  # GPU_I_ID, "" for a whole GPU
+    gpu_index: str = ""
+    mig_profile: str = ""
+    model: str = ""
+    pool: str
+    capacity_gpu_seconds: Decimal = Field(sa_column=Column(GPU_SECONDS, nullable=False))
+    gpu_seconds: Decimal = Field(sa_column=Column(GPU_SECONDS, nullable=False))
+    activity_sum: float = 0.0
+    activity_samples: int = 0
+    tenants: str = ""  # holder tenants in the hour, sorted, comma-separated
+    fb_used_peak_mib: float | None = None  # highest DCGM_FI_DEV_FB_USED in the hour
+    policy_version_id: int = Field(foreign_key="policy_version.id")

@@ -61,6 +61,7 @@ GPU_UTIL = OCCUPANCY_METRICS[0]
 EVIDENCE_MINUTES = 1440
 ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 POWER = "DCGM_FI_DEV_POWER_USAGE"
+FB_USED = "DCGM_FI_DEV_FB_USED"
 # GPU_UTIL is a percentage; activity is kept as a 0..1 ratio like GR_ENGINE_ACTIVE.
 ACTIVITY_SCALE = {"DCGM_FI_DEV_GPU_UTIL": 0.01, "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 1.0}
 
@@ -124,6 +125,7 @@ class PrometheusSource:
             for shard in self.host_shards or (None,):
                 plan += self._occupancy_plan(occupancy, cs, ce, shard, pod_nodes)
                 plan += self._energy_plan(energy, cs, ce, shard, pod_nodes)
+                plan += self._memory_plan(batch, cs, ce, shard, pod_nodes)
                 plan += presence_plan(batch, cs, ce, lambda w, shard=shard: " or ".join(
                     _over(shard, "count_over_time", m, w) for m in OCCUPANCY_METRICS), self.outage_lookback_hours)
             plan += self._services_plan(batch, cs, ce, policy)
@@ -280,6 +282,20 @@ class PrometheusSource:
             (hourly("last_over_time"), cs, ce, HOUR_S, deltas),
             (hourly("avg_over_time", POWER), cs + HOUR_S, ce, HOUR_S, power),
         ]
+
+    def _memory_plan(self, batch: SourceBatch, cs: int, ce: int, shard: str | None,
+                     pod_nodes: dict[str, str] | None = None) -> list:
+        """Each unit's highest FB_USED per hour (copies from other jobs or replicas merge under `max`)."""
+        def peaks(result: list) -> None:
+            for item in result:
+                m = item["metric"]
+                unit = (rules.host_of(m, pod_nodes), m.get("UUID", ""), m.get("GPU_I_ID", ""))
+                hours = batch.fb_peak.setdefault(unit, {})
+                for t, v in item["values"]:
+                    hours[int(t)] = max(hours.get(int(t), 0.0), float(v))
+
+        query = f"max by ({UNIT_KEY}) ({_over(shard, 'max_over_time', FB_USED, '3599999ms')})"
+        return [(query, cs + HOUR_S, ce, HOUR_S, peaks)]
 
     def _services_plan(self, batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) -> list:
         return services_plan(batch, cs, ce, policy)

@@ -20,8 +20,9 @@ from app.metrics.types import OccupancySeries
 def split_time_sliced(series: list[tuple[OccupancySeries, dict[int, int]]], holders: dict[int, dict[tuple, float]], *,
                       dark: set[int], weight_of: Callable[[OccupancySeries], tuple[Fraction, Fraction]],
                       classify: Callable[[str], tuple[str, str]],
-                      ) -> tuple[dict[tuple, Fraction], list[tuple[tuple, Fraction, Fraction]]]:
-    """(tenant, class, dark, minute end) -> GPU-seconds on one node, and (unit, billed, capacity) of units cut.
+                      ) -> tuple[dict[tuple, Fraction], list[tuple[tuple, Fraction, Fraction]], dict[tuple, Fraction]]:
+    """(tenant, class, dark, minute end, namespace) -> GPU-seconds on one node, (unit, billed, capacity) of units
+    cut, and unit -> GPU-seconds it carried (after the cut).
 
     `weight_of(series)` gives (seconds per sample, unit fraction); `classify(namespace)` gives (tenant, class).
     """
@@ -42,12 +43,14 @@ def split_time_sliced(series: list[tuple[OccupancySeries, dict[int, int]]], hold
     occupied: dict[int, Fraction] = defaultdict(Fraction)
     shown: dict[int, dict[tuple[str, str], Fraction]] = defaultdict(lambda: defaultdict(Fraction))
     cuts = []
+    carried: dict[tuple, Fraction] = {}
     for unit, minutes in per_unit.items():
         billed = sum(minutes.values(), Fraction(0))
         scale = Fraction(1)
         if billed > capacity[unit]:  # never above capacity, as for any unit
             scale = capacity[unit] / billed
             cuts.append((unit, billed, capacity[unit]))
+        carried[unit] = billed * scale
         for t, seconds in minutes.items():
             occupied[t] += seconds * scale
             for pod, pod_seconds in named[unit][t].items():
@@ -58,5 +61,5 @@ def split_time_sliced(series: list[tuple[OccupancySeries, dict[int, int]]], hold
         total = sum(held.values(), Fraction(0))
         for (namespace, _pod), n in held.items():
             tenant, klass = classify(namespace)
-            out[(tenant, klass, t in dark, t)] += seconds * n / total
-    return out, cuts
+            out[(tenant, klass, t in dark, t, namespace)] += seconds * n / total
+    return out, cuts, carried

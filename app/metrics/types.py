@@ -89,6 +89,8 @@ class SourceBatch:
     # Time-sliced nodes only (policy `time_sliced_nodes`): node -> minute end -> {(namespace, pod): GPUs
     # requested}, from kube-state-metrics.
     gpu_holders: dict[str, dict[int, dict[tuple[str, str], float]]] = field(default_factory=dict)
+    # Unit (host, UUID, GPU_I_ID) -> hour end -> highest DCGM_FI_DEV_FB_USED (MiB) in the hour.
+    fb_peak: dict[tuple[str, str, str], dict[int, float]] = field(default_factory=dict)
 
 
 class MetricsSource(Protocol):
@@ -108,6 +110,39 @@ class UsageRow:
     dark: bool
     gpu_seconds: Decimal  # quantized to 1e-6
     activity_sum: float = 0.0  # for efficiency: sum of activity over occupied samples
+    activity_samples: int = 0
+
+
+@dataclass(frozen=True)
+class UnitRow:
+    """One GPU unit's hour: what it carried (each unit once, never above its capacity), who held it, its memory peak."""
+
+    pool: str
+    node: str
+    gpu_uuid: str
+    gpu_index: str
+    gpu_instance: str  # GPU_I_ID, "" for a whole GPU
+    mig_profile: str
+    model: str
+    capacity_gpu_seconds: Decimal  # 3600 x the unit's share of its GPU
+    gpu_seconds: Decimal  # quantized to 1e-6; the pool's usage rows sum to these, up to rounding
+    activity_sum: float = 0.0
+    activity_samples: int = 0
+    tenants: tuple[str, ...] = ()  # holder tenants in the hour, sorted
+    fb_used_peak_mib: float | None = None
+
+
+@dataclass(frozen=True)
+class NamespaceRow:
+    """The part of one `UsageRow` a namespace used: a row's namespaces add up to its GPU-seconds exactly."""
+
+    pool: str
+    namespace: str
+    tenant: str
+    klass: str
+    dark: bool
+    gpu_seconds: Decimal  # micro-GPU-seconds, split so the row's namespaces sum to the row
+    activity_sum: float = 0.0
     activity_samples: int = 0
 
 
@@ -158,3 +193,5 @@ class HourRollup:
     # (service, service tenant, pool) -> minutes whose P99 bucket straddles the red line: not billed, shown
     unresolved: dict[tuple[str, str, str], int] = field(default_factory=dict)
     findings: list[DataFinding] = field(default_factory=list)
+    units: list[UnitRow] = field(default_factory=list)  # per GPU unit (unit_hour)
+    namespaces: list[NamespaceRow] = field(default_factory=list)  # `usage` per namespace

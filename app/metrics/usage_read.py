@@ -91,7 +91,7 @@ def usage_summary(
     if errors:
         raise Invalid("The usage query is not valid", errors)
 
-    departments = _departments(session, end) if group_by == "department" else {}
+    departments = departments_at(session, end) if group_by == "department" else {}
     groups: dict[str, list] = defaultdict(lambda: [NO_HOURS, NO_HOURS, 0.0, 0])
     for cell in usage_cells(session=session, start=start, end=end, tenants=tenants):
         key = {"pool": cell.pool, "class": cell.klass}.get(group_by, cell.tenant)
@@ -124,7 +124,7 @@ def usage_summary(
     }
 
 
-def _departments(session: Session, end: datetime) -> dict[str, str]:
+def departments_at(session: Session, end: datetime) -> dict[str, str]:
     """Tenant -> department from the policy version in effect at the end of the range."""
     from app.policy.service import load_document
 

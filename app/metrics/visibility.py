@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from sqlmodel import col
 
-from app.metrics.models import BreachMinuteRollup, BreachShare, SlaUnresolvedHour, UsageRollup
+from app.metrics.models import BreachMinuteRollup, BreachShare, NamespaceUsage, SlaUnresolvedHour, UsageRollup
 
 OWNER = {
     UsageRollup: UsageRollup.tenant,
+    NamespaceUsage: NamespaceUsage.tenant,
     BreachMinuteRollup: BreachMinuteRollup.service_tenant,
     SlaUnresolvedHour: SlaUnresolvedHour.service_tenant,
     BreachShare: BreachShare.tenant,

@@ -8,27 +8,16 @@ Paths read like `tenants[search].namespaces` or
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
-# Schema path (field names, "*" for any list item or map key) -> key of each item of that list.
-_KEYED: dict[tuple[str, ...], Callable[[dict], str]] = {
-    ("tenants",): lambda i: i["name"],
-    ("pools",): lambda i: i["name"],
-    ("sla",): lambda i: i["service"],
-    ("priorities",): lambda i: i["name"],
-    ("quotas",): lambda i: f"{i['tenant']}/{i['pool']}",
-    # Kubernetes identifies a taint by key and effect.
-    ("isolation", "node_taints", "*"): lambda i: f"{i['key']}:{i['effect']}",
-}
+from app.policy.paths import Key, join, keyer, matches
+
 # Lists whose order means nothing and whose items are plain values.
 _SETS = {("tenants", "*", "namespaces"), ("pools", "*", "nodes")}
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 
 
@@ -72,6 +61,9 @@ class _Keyed(dict):
     """A list of named items, held as key -> item in list order."""
 
 
+Keyed = _Keyed  # public: structured edits (forms.py) build into the same normalized tree
+
+
 class _Set(list):
     """A list compared as a set (order kept for output)."""
 
@@ -84,26 +76,18 @@ class _Missing:
 MISSING: Any = _Missing()
 
 
-def _matches(schema: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
-    return len(schema) == len(pattern) and all(p in ("*", s) for s, p in zip(schema, pattern))
-
-
-def _keyer(schema: tuple[str, ...]) -> Callable[[dict], str] | None:
-    return next((fn for pattern, fn in _KEYED.items() if _matches(schema, pattern)), None)
-
-
 def normalize(value: Any, schema: tuple[str, ...] = ()) -> Any:
     """Turn keyed lists into _Keyed maps and set-like lists into _Set, recursively."""
     if isinstance(value, dict):
         return {k: normalize(v, (*schema, k)) for k, v in value.items()}
     if isinstance(value, list):
-        if any(_matches(schema, s) for s in _SETS) and all(isinstance(v, str) for v in value):
+        if any(matches(schema, s) for s in _SETS) and all(isinstance(v, str) for v in value):
             if len(set(value)) == len(value):
                 return _Set(value)
-        keyer = _keyer(schema)
-        if keyer is not None and all(isinstance(v, dict) for v in value):
+        key_of = keyer(schema)
+        if key_of is not None and all(isinstance(v, dict) for v in value):
             try:
-                keys = [keyer(v) for v in value]
+                keys = [key_of(v) for v in value]
             except (KeyError, TypeError):
                 keys = []
             # Duplicate or missing keys (an invalid document) fall back to comparing the whole list.
@@ -147,11 +131,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _child(path: str, key: str, container: Any) -> str:
-    if isinstance(container, _Keyed):
-        return f"{path}[{key}]"
-    if not path:
-        return key
-    return f"{path}.{key}" if _IDENT.match(key) else f"{path}[{json.dumps(key, ensure_ascii=False)}]"
+    return join(path, Key(key) if isinstance(container, _Keyed) else key)
 
 
 def _diff(a: Any, b: Any, path: str, out: list[Change]) -> None:

@@ -176,3 +176,7 @@ class PolicyDocument(Strict):
     def to_data(self) -> dict:
         """A plain, JSON/YAML-ready dict using the document's own spelling (`class`)."""
         return self.model_dump(mode="json", by_alias=True)
+
+    def to_values(self) -> dict:
+        """Plain data in the document's spelling with numbers as numbers (Decimal, int): what pages diff and show."""
+        return self.model_dump(mode="python", by_alias=True)

@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from app.core.errors import FieldError, Invalid
 from app.policy.document import PolicyDocument
-from app.policy.validation import LatencyBuckets, path_of, validate
+from app.policy.paths import named
+from app.policy.validation import LatencyBuckets, validate
 
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser is ~10x faster
@@ -160,8 +161,8 @@ def _string_keys(value):
 _MESSAGES = {"missing": "required", "extra_forbidden": "unknown field (not part of the policy document)"}
 
 
-def pydantic_errors(exc: ValidationError) -> list[FieldError]:
-    """Pydantic's errors as FieldErrors with dotted paths in the document's spelling."""
+def pydantic_errors(exc: ValidationError, data=None) -> list[FieldError]:
+    """Pydantic's errors as FieldErrors at the document's field paths (named items by key when `data` is given)."""
     out = []
     for err in exc.errors():
         loc = list(err["loc"])
@@ -169,7 +170,7 @@ def pydantic_errors(exc: ValidationError) -> list[FieldError]:
         if loc and loc[-1] == "[key]":
             loc.pop()
             message = f"key: {message}"
-        out.append(FieldError(path_of(*[p if isinstance(p, int) else str(p) for p in loc]), message))
+        out.append(FieldError(named(data, [p if isinstance(p, int) else str(p) for p in loc]), message))
     return out
 
 
@@ -183,7 +184,7 @@ def _build(text: str) -> PolicyDocument:
     try:
         return PolicyDocument.model_validate(data)
     except ValidationError as exc:
-        raise Invalid("the policy document is invalid", pydantic_errors(exc)) from None
+        raise Invalid("the policy document is invalid", pydantic_errors(exc, data)) from None
 
 
 def check_document(text: str, *, measured_peak_mib: dict[str, float] | None = None,

@@ -54,9 +54,10 @@ def import_version(
     """Store a valid document as a new immutable version (flushed, audited); refuse errors and backdating."""
     try:
         # Round-trip through the schema: a document assembled with model_copy skipped pydantic's checks.
-        document = PolicyDocument.model_validate(json.loads(canonical_json(document)))
+        data = json.loads(canonical_json(document))
+        document = PolicyDocument.model_validate(data)
     except ValidationError as exc:
-        raise Invalid("the policy document is invalid", pydantic_errors(exc)) from None
+        raise Invalid("the policy document is invalid", pydantic_errors(exc, data)) from None
     errors = [e for e in validate(document) if e.severity == "error"]
     if errors:
         raise Invalid("the policy document is invalid", errors)
@@ -210,6 +211,12 @@ def dump_yaml(doc: PolicyDocument) -> str:
     """A readable YAML rendering (numbers unquoted, key `class`) that parses back to the same document."""
     data = doc.model_dump(mode="python", by_alias=True, exclude_none=True)
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=120)
+
+
+def dump_value(value) -> str:
+    """One value as the YAML editor writes it, on one line (0.6 unquoted, '09:00' quoted, a mapping in braces)."""
+    text = yaml.dump(value, Dumper=_Dumper, default_flow_style=True, allow_unicode=True, sort_keys=False, width=10**6)
+    return text.strip().removesuffix("...").strip()
 
 
 def dump_json(doc: PolicyDocument) -> str:

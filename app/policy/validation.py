@@ -1,8 +1,8 @@
 """Cross-field validation of the policy document (SPEC section 3); parsing is in `parsing.py`.
 
-Every problem is a FieldError whose path uses the document's own spelling: list indices in
-brackets, mapping keys after dots (`tenants[1].namespaces[0]`, `pools[0].reservations.search`,
-`isolation.mig.gpu-a100-02.gpus.0-3`).
+Every problem is a FieldError whose path is named as the diff names it (`paths.py`): named items
+by key, mapping keys after a dot or quoted (`tenants[search].namespaces[0]`,
+`pools[mixed-a100].reservations.search`, `isolation.mig["gpu-a100-02"].gpus["0-3"]`).
 
 GPU model of a node or pool: a MIG node's `model`, else its pool's `gpu_model`, else the only
 model priced in `pricing.gpu_models`; when none of those resolves it, the layout cannot be
@@ -22,11 +22,10 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel
-
 from app.core.errors import FieldError
 from app.policy import gpus
 from app.policy.document import UNALLOCATED, UNPOOLED, PolicyDocument, Pool
+from app.policy.paths import item_paths, named, path_of
 from app.policy.red_lines import red_line_finding
 
 RANK = {"inference": 2, "training": 1, "preprocessing": 0}
@@ -36,17 +35,6 @@ NETWORK_CAP_WARN = Decimal("0.7")
 MAX_NUMBER = 10**12
 MAX_P99_MS = 600_000  # a P99 red line above ten minutes is a typo, not a latency objective
 GPU_RANGE_RE = re.compile(r"^\s*([0-9]{1,4})\s*(?:-\s*([0-9]{1,4})\s*)?$")
-
-
-def path_of(*parts: str | int) -> str:
-    """Render a path: ints as `[i]`, strings joined with dots."""
-    out = ""
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
 
 
 class _Report:
@@ -89,25 +77,43 @@ def validate(doc: PolicyDocument, *, measured_peak_mib: dict[str, float] | None 
     return report.items
 
 
-def _decimals(node, path: str):
-    if isinstance(node, BaseModel):
-        for name, info in type(node).model_fields.items():
-            yield from _decimals(getattr(node, name), path_of(path, info.alias or name) if path else info.alias or name)
+def tenant_paths(doc: PolicyDocument) -> list[str]:
+    return item_paths("tenants", [t.name for t in doc.tenants])
+
+
+def pool_paths(doc: PolicyDocument) -> list[str]:
+    return item_paths("pools", [p.name for p in doc.pools])
+
+
+def sla_paths(doc: PolicyDocument) -> list[str]:
+    return item_paths("sla", [s.service for s in doc.sla])
+
+
+def priority_paths(doc: PolicyDocument) -> list[str]:
+    return item_paths("priorities", [t.name for t in doc.priorities])
+
+
+def quota_paths(doc: PolicyDocument) -> list[str]:
+    return item_paths("quotas", [f"{q.tenant}/{q.pool}" for q in doc.quotas])
+
+
+def _decimals(node, loc: tuple[str | int, ...] = ()):
+    if isinstance(node, dict):
+        for key, item in node.items():
+            yield from _decimals(item, (*loc, key))
     elif isinstance(node, list):
         for i, item in enumerate(node):
-            yield from _decimals(item, f"{path}[{i}]")
-    elif isinstance(node, dict):
-        for key, item in node.items():
-            yield from _decimals(item, path_of(path, str(key)))
+            yield from _decimals(item, (*loc, i))
     elif isinstance(node, Decimal):
-        yield path, node
+        yield loc, node
 
 
 def _magnitudes(doc: PolicyDocument, report: _Report) -> None:
     # Money and weights far beyond any real fleet would overflow Decimal arithmetic downstream.
-    for at, value in _decimals(doc, ""):
+    data = doc.model_dump(mode="python", by_alias=True)
+    for loc, value in _decimals(data):
         if abs(value) >= MAX_NUMBER:
-            report.error(at, f"{value} is too large (limit {MAX_NUMBER:,})")
+            report.error(named(data, loc), f"{value} is too large (limit {MAX_NUMBER:,})")
 
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet runs as a formula; the exports neutralise it too
@@ -116,10 +122,11 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet runs as a
 def _exported_names(doc: PolicyDocument, report: _Report) -> None:
     # These names become cells of the CSV/FOCUS exports; the exports neutralise them anyway, but a
     # name a spreadsheet would run as a formula is refused where a reviewer can see why.
-    named = [(path_of("tenants", i, "department"), t.department) for i, t in enumerate(doc.tenants)]
-    named += [(path_of("pools", i, "name"), p.name) for i, p in enumerate(doc.pools)]
-    named += [(path_of("sla", i, "service"), s.service) for i, s in enumerate(doc.sla)]
-    for at, name in named:
+    tenants, pools, slas = tenant_paths(doc), pool_paths(doc), sla_paths(doc)
+    names = [(path_of(tenants[i], "department"), t.department) for i, t in enumerate(doc.tenants)]
+    names += [(path_of(pools[i], "name"), p.name) for i, p in enumerate(doc.pools)]
+    names += [(path_of(slas[i], "service"), s.service) for i, s in enumerate(doc.sla)]
+    for at, name in names:
         if name.startswith(FORMULA_START) or any(ord(c) < 32 for c in name):
             report.error(at, "must not start with = + - @ or hold control characters (spreadsheets would run it as a formula)")
 
@@ -128,20 +135,21 @@ def _tenants(doc: PolicyDocument, report: _Report) -> None:
     names: dict[str, int] = {}
     owner: dict[str, str] = {}
     classes = {p.klass for p in doc.priorities}
+    at = tenant_paths(doc)
     for i, tenant in enumerate(doc.tenants):
         if tenant.name in names:
-            report.error(path_of("tenants", i, "name"), f"duplicate tenant name '{tenant.name}' (first at tenants[{names[tenant.name]}])")
+            report.error(path_of(at[i], "name"), f"duplicate tenant name '{tenant.name}' (first at tenants[{names[tenant.name]}])")
         names.setdefault(tenant.name, i)
         if tenant.name == UNALLOCATED:
-            report.error(path_of("tenants", i, "name"), f"'{UNALLOCATED}' is reserved for use no tenant claims")
+            report.error(path_of(at[i], "name"), f"'{UNALLOCATED}' is reserved for use no tenant claims")
         for k, ns in enumerate(tenant.namespaces):
             if ns in owner:
                 other = owner[ns]
                 message = f"namespace '{ns}' is listed twice" if other == tenant.name else f"namespace '{ns}' is already claimed by tenant '{other}'"
-                report.error(path_of("tenants", i, "namespaces", k), message)
+                report.error(path_of(at[i], "namespaces", k), message)
             owner.setdefault(ns, tenant.name)
         if tenant.klass not in classes:
-            report.error(path_of("tenants", i, "class"), f"no priority tier has class '{tenant.klass}'")
+            report.error(path_of(at[i], "class"), f"no priority tier has class '{tenant.klass}'")
 
 
 def pool_model(doc: PolicyDocument, pool: Pool) -> str | None:
@@ -154,28 +162,29 @@ def pool_model(doc: PolicyDocument, pool: Pool) -> str | None:
 def _pools(doc: PolicyDocument, report: _Report) -> None:
     names: dict[str, int] = {}
     node_pool: dict[str, str] = {}
+    paths = pool_paths(doc)
     for i, pool in enumerate(doc.pools):
         if pool.name in names:
-            report.error(path_of("pools", i, "name"), f"duplicate pool name '{pool.name}' (first at pools[{names[pool.name]}])")
+            report.error(path_of(paths[i], "name"), f"duplicate pool name '{pool.name}' (first at pools[{names[pool.name]}])")
         names.setdefault(pool.name, i)
         if pool.name == UNPOOLED:
-            report.error(path_of("pools", i, "name"), f"'{UNPOOLED}' is reserved for GPUs on nodes no pool names")
+            report.error(path_of(paths[i], "name"), f"'{UNPOOLED}' is reserved for GPUs on nodes no pool names")
         for k, node in enumerate(pool.nodes):
             if node in node_pool:
                 other = node_pool[node]
                 message = f"node '{node}' is listed twice" if other == pool.name else f"node '{node}' is already in pool '{other}'"
-                report.error(path_of("pools", i, "nodes", k), message)
+                report.error(path_of(paths[i], "nodes", k), message)
             node_pool.setdefault(node, pool.name)
         for k, node in enumerate(pool.time_sliced_nodes):
             if node not in pool.nodes:
-                report.error(path_of("pools", i, "time_sliced_nodes", k), f"node '{node}' is not in this pool's nodes")
-        report.fraction(path_of("pools", i, "reserved_fraction"), pool.reserved_fraction)
+                report.error(path_of(paths[i], "time_sliced_nodes", k), f"node '{node}' is not in this pool's nodes")
+        report.fraction(path_of(paths[i], "reserved_fraction"), pool.reserved_fraction)
         if pool.gpus_per_node < 1:
-            report.error(path_of("pools", i, "gpus_per_node"), "must be at least 1")
+            report.error(path_of(paths[i], "gpus_per_node"), "must be at least 1")
         if pool.gpu_model is not None and pool.gpu_model not in doc.pricing.gpu_models:
-            report.error(path_of("pools", i, "gpu_model"), f"'{pool.gpu_model}' is not priced in pricing.gpu_models")
+            report.error(path_of(paths[i], "gpu_model"), f"'{pool.gpu_model}' is not priced in pricing.gpu_models")
         for name, weight in pool.reservations.items():
-            at = path_of("pools", i, "reservations", name)
+            at = path_of(paths[i], "reservations", name)
             tenant = doc.tenant(name)
             if tenant is None:
                 report.error(at, f"unknown tenant '{name}'")
@@ -194,32 +203,34 @@ def _pricing(doc: PolicyDocument, report: _Report) -> None:
 
 def _slas(doc: PolicyDocument, report: _Report) -> None:
     services: dict[str, int] = {}
+    paths = sla_paths(doc)
     for i, sla in enumerate(doc.sla):
         if sla.service in services:
-            report.error(path_of("sla", i, "service"), f"duplicate service '{sla.service}' (first at sla[{services[sla.service]}])")
+            report.error(path_of(paths[i], "service"), f"duplicate service '{sla.service}' (first at sla[{services[sla.service]}])")
         services.setdefault(sla.service, i)
         tenant = doc.tenant(sla.tenant)
         if tenant is None:
-            report.error(path_of("sla", i, "tenant"), f"unknown tenant '{sla.tenant}'")
+            report.error(path_of(paths[i], "tenant"), f"unknown tenant '{sla.tenant}'")
         elif tenant.klass != "inference":
-            report.error(path_of("sla", i, "tenant"), f"tenant '{sla.tenant}' is {tenant.klass}: SLAs apply to inference tenants")
+            report.error(path_of(paths[i], "tenant"), f"tenant '{sla.tenant}' is {tenant.klass}: SLAs apply to inference tenants")
         if doc.pool(sla.pool) is None:
-            report.error(path_of("sla", i, "pool"), f"unknown pool '{sla.pool}'")
+            report.error(path_of(paths[i], "pool"), f"unknown pool '{sla.pool}'")
         if not (0 < sla.p99_ms <= MAX_P99_MS):
-            report.error(path_of("sla", i, "p99_ms"), f"must be above 0 and at most {MAX_P99_MS} ms")
+            report.error(path_of(paths[i], "p99_ms"), f"must be above 0 and at most {MAX_P99_MS} ms")
         if sla.penalty_per_breach_minute < 0:
-            report.error(path_of("sla", i, "penalty_per_breach_minute"), "must be at least 0")
+            report.error(path_of(paths[i], "penalty_per_breach_minute"), "must be at least 0")
 
 
 def _sla_buckets(doc: PolicyDocument, report: _Report, latency_buckets: LatencyBuckets | None) -> None:
     # A red line inside a bucket leaves every minute whose P99 lands there unresolved (not billed).
     if latency_buckets is None:
         return
+    paths = sla_paths(doc)
     for i, sla in enumerate(doc.sla):
         bounds = latency_buckets(sla.latency_histogram)
         finding = red_line_finding(bounds, sla.p99_ms) if bounds else None
         if finding:
-            report.warning(path_of("sla", i, "p99_ms"), finding)
+            report.warning(path_of(paths[i], "p99_ms"), finding)
 
 
 def _colocation(doc: PolicyDocument, report: _Report) -> None:
@@ -237,12 +248,13 @@ def _priorities(doc: PolicyDocument, report: _Report) -> None:
     names: dict[str, int] = {}
     values: dict[int, str] = {}
     class_errors: set[int] = set()
+    paths = priority_paths(doc)
     for i, tier in enumerate(tiers):
         if tier.name in names:
-            report.error(path_of("priorities", i, "name"), f"duplicate tier name '{tier.name}' (first at priorities[{names[tier.name]}])")
+            report.error(path_of(paths[i], "name"), f"duplicate tier name '{tier.name}' (first at priorities[{names[tier.name]}])")
         names.setdefault(tier.name, i)
         if tier.value in values:
-            report.error(path_of("priorities", i, "value"), f"value {tier.value} is also used by tier '{values[tier.value]}'")
+            report.error(path_of(paths[i], "value"), f"value {tier.value} is also used by tier '{values[tier.value]}'")
         values.setdefault(tier.value, tier.name)
         higher = [t for t in tiers if RANK[t.klass] > RANK[tier.klass]]
         if higher:
@@ -250,16 +262,16 @@ def _priorities(doc: PolicyDocument, report: _Report) -> None:
             if lowest.value <= tier.value:
                 class_errors.add(i)
                 report.error(
-                    path_of("priorities", i, "value"),
+                    path_of(paths[i], "value"),
                     f"{tier.klass} tier '{tier.name}' ({tier.value}) must be below {lowest.klass} tier '{lowest.name}' ({lowest.value})",
                 )
         if tier.klass == "inference" and tier.preemptible:
-            report.error(path_of("priorities", i, "preemptible"), "inference tiers are never preemptible")
+            report.error(path_of(paths[i], "preemptible"), "inference tiers are never preemptible")
     for i in range(1, len(tiers)):
         prev, tier = tiers[i - 1], tiers[i]
         if tier.value > prev.value and i not in class_errors:
             report.error(
-                path_of("priorities", i, "value"),
+                path_of(paths[i], "value"),
                 f"tiers are listed highest first: {tier.value} is above the previous tier '{prev.name}' ({prev.value})",
             )
 
@@ -290,17 +302,18 @@ def _quotas(doc: PolicyDocument, report: _Report) -> None:
     seen: set[tuple[str, str]] = set()
     totals: dict[str, int] = defaultdict(int)
     last: dict[str, int] = {}
+    paths = quota_paths(doc)
     for i, quota in enumerate(doc.quotas):
         if doc.tenant(quota.tenant) is None:
-            report.error(path_of("quotas", i, "tenant"), f"unknown tenant '{quota.tenant}'")
+            report.error(path_of(paths[i], "tenant"), f"unknown tenant '{quota.tenant}'")
         if doc.pool(quota.pool) is None:
-            report.error(path_of("quotas", i, "pool"), f"unknown pool '{quota.pool}'")
+            report.error(path_of(paths[i], "pool"), f"unknown pool '{quota.pool}'")
         key = (quota.tenant, quota.pool)
         if key in seen:
-            report.error(path_of("quotas", i), f"a second quota for tenant '{quota.tenant}' in pool '{quota.pool}'")
+            report.error(paths[i], f"a second quota for tenant '{quota.tenant}' in pool '{quota.pool}'")
         seen.add(key)
         if quota.lending_limit > quota.guaranteed_gpus:
-            report.error(path_of("quotas", i, "lending_limit"), f"lending_limit {quota.lending_limit} exceeds guaranteed_gpus {quota.guaranteed_gpus}")
+            report.error(path_of(paths[i], "lending_limit"), f"lending_limit {quota.lending_limit} exceeds guaranteed_gpus {quota.guaranteed_gpus}")
         totals[quota.pool] += quota.guaranteed_gpus
         last[quota.pool] = i
     for name, total in totals.items():
@@ -310,7 +323,7 @@ def _quotas(doc: PolicyDocument, report: _Report) -> None:
         capacity = len(pool.nodes) * pool.gpus_per_node
         if total > capacity:
             report.error(
-                path_of("quotas", last[name], "guaranteed_gpus"),
+                path_of(paths[last[name]], "guaranteed_gpus"),
                 f"guaranteed GPUs in pool '{name}' sum to {total}, above its {capacity} GPUs "
                 f"({len(pool.nodes)} nodes x {pool.gpus_per_node})",
             )
@@ -428,25 +441,26 @@ def _memory_reserve(doc: PolicyDocument, report: _Report, measured: dict[str, fl
         )
         return
     factor = doc.isolation.inference.memory_reserve_factor
+    tenants, pools = tenant_paths(doc), pool_paths(doc)
     for i, tenant in enumerate(doc.tenants):
         if tenant.klass != "inference":
             continue
         peak = measured.get(tenant.name)
         if peak is None:
-            report.warning(path_of("tenants", i), f"no measured peak memory for '{tenant.name}': its reserve is not checked")
+            report.warning(tenants[i], f"no measured peak memory for '{tenant.name}': its reserve is not checked")
             continue
-        reserved, first_path, sized = 0.0, path_of("tenants", i), True
+        reserved, first_path, sized = 0.0, tenants[i], True
         for j, pool in enumerate(doc.pools):
             weight = pool.reservations.get(tenant.name)
             total = sum((w for w in pool.reservations.values() if w > 0), Decimal(0))
             if weight is None or weight <= 0 or total <= 0:
                 continue
             if first_path.startswith("tenants"):
-                first_path = path_of("pools", j, "reservations", tenant.name)
+                first_path = path_of(pools[j], "reservations", tenant.name)
             model = gpus.lookup(pool_model(doc, pool) or "")
             if model is None:
                 sized = False
-                report.warning(path_of("pools", j, "gpu_model"), "unknown GPU model: the inference memory reserve cannot be sized")
+                report.warning(path_of(pools[j], "gpu_model"), "unknown GPU model: the inference memory reserve cannot be sized")
                 continue
             try:
                 share = float(pool.reserved_fraction * weight / total)

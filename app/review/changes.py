@@ -7,8 +7,7 @@ unit of work commits. Every state change is audited with before and after.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -21,8 +20,10 @@ from app.core.errors import AppError, Conflict, FieldError, Invalid, NotFound
 from app.core.settings import get_settings
 from app.core.timeutil import utcnow
 from app.policy.document import PolicyDocument
+from app.policy.forms import EditResult, apply_edit, blocking
 from app.policy.models import PolicyVersion
 from app.policy.parsing import MAX_CHARS, check_document, load_value, pydantic_errors
+from app.policy.paths import Key, parse_path, path_of
 from app.policy.service import dump_yaml, get_version, latest_version, load_document
 from app.review.models import ChangeApproval, ChangeComment, ChangeRequest, ChangeState
 
@@ -177,42 +178,19 @@ def update_change(
     return change
 
 
-_SEGMENT = re.compile(r'\.?([A-Za-z_][A-Za-z0-9_]*)|\[("(?:[^"\\]|\\.)*")\]|\[([^\]"]+)\]')
-
-
-def parse_path(path: str) -> list[str]:
-    """Split a diff-style field path (`sla[search-chat].p99_ms`, `pricing.gpu_models["NVIDIA A100"].pue`)."""
-    import json
-
-    parts, at = [], 0
-    path = path.strip()
-    while at < len(path):
-        match = _SEGMENT.match(path, at)
-        if match is None or match.end() == at or (at == 0 and path.startswith(".")):
-            raise Invalid("not a field path", [FieldError("path", f"cannot read {path[at:]!r}; use the paths the diff shows")])
-        ident, quoted, bare = match.groups()
-        parts.append(ident if ident is not None else json.loads(quoted) if quoted is not None else bare)
-        at = match.end()
-    if not parts:
-        raise Invalid("not a field path", [FieldError("path", "required")])
-    return parts
-
-
 def common_paths(doc: PolicyDocument) -> list[str]:
     """Field paths of the common edits (quotas, tiers, SLA red lines and penalties, prices, MIG layouts)."""
-    import json
-
     out = []
     for q in doc.quotas:
-        out += [f"quotas[{q.tenant}/{q.pool}].{f}" for f in ("guaranteed_gpus", "borrowing_limit", "lending_limit")]
-    out += [f"priorities[{p.name}].value" for p in doc.priorities]
+        out += [path_of("quotas", Key(f"{q.tenant}/{q.pool}"), f) for f in ("guaranteed_gpus", "borrowing_limit", "lending_limit")]
+    out += [path_of("priorities", Key(p.name), "value") for p in doc.priorities]
     for sla in doc.sla:
-        out += [f"sla[{sla.service}].p99_ms", f"sla[{sla.service}].penalty_per_breach_minute"]
+        out += [path_of("sla", Key(sla.service), f) for f in ("p99_ms", "penalty_per_breach_minute")]
     for model in doc.pricing.gpu_models:
-        out += [f"pricing.gpu_models[{json.dumps(model)}].{f}" for f in ("purchase_price", "hosting_per_hour")]
+        out += [path_of("pricing", "gpu_models", model, f) for f in ("purchase_price", "hosting_per_hour")]
     out += ["pricing.energy_price_per_kwh", "pricing.dark_time_multiplier"]
-    out += [f"isolation.mig[{json.dumps(node)}].gpus" for node in doc.isolation.mig]
-    out += [f"pools[{p.name}].reserved_fraction" for p in doc.pools]
+    out += [path_of("isolation", "mig", node, "gpus") for node in doc.isolation.mig]
+    out += [path_of("pools", Key(p.name), "reserved_fraction") for p in doc.pools]
     return out
 
 
@@ -229,18 +207,44 @@ def set_field(*, session: Session, change_id: int, actor: str, path: str, value:
     new = load_value(value, path="value")  # decimals stay exact, aliases bounded, huge integers refused
     tree = normalize(doc.to_data())
     node = tree
-    for i, part in enumerate(parts[:-1]):
+    for part in parts[:-1]:
         if not isinstance(node, dict) or part not in node:
-            raise Invalid("no such field", [FieldError("path", f"{'.'.join(parts[: i + 1])} does not exist")])
+            known = ", ".join(list(node)[:12]) if isinstance(node, dict) else ""
+            raise Invalid("no such field", [FieldError("path", f"{part!r} does not exist" + (f" (there: {known})" if known else ""))])
         node = node[part]
     if not isinstance(node, dict):
         raise Invalid("no such field", [FieldError("path", f"{path} does not exist")])
     node[parts[-1]] = new  # a new key adds it (a GPU model's price, a node's MIG layout)
+    data = denormalize(tree)
     try:
-        edited = PolicyDocument.model_validate(denormalize(tree))
+        edited = PolicyDocument.model_validate(data)
     except ValidationError as exc:
-        raise Invalid("the value does not fit the field", pydantic_errors(exc)) from None
+        raise Invalid("the value does not fit the field", pydantic_errors(exc, data)) from None
     return update_change(session=session, change_id=change_id, actor=actor, document=dump_yaml(edited))
+
+
+def edit_fields(*, session: Session, change_id: int, actor: str, values: Mapping[str, str], removed: Iterable[str] = (),
+                measured_peaks: Mapping[str, float] | None = None) -> EditResult:
+    """A form's edit of a draft (fields by path, items removed): saved as the new draft document unless it has errors.
+
+    Errors at the posted fields, their items or the sections they are in block the save (the form shows them
+    next to the fields); problems elsewhere in the draft do not, as in the YAML editor.
+    """
+    change = get_change(session=session, change_id=change_id)
+    if actor != change.author:
+        raise forbidden(f"only the author ({change.author}) may edit change request {change_id}")
+    if change.state != ChangeState.DRAFT:
+        raise Conflict(f"change request {change.id} is {change.state}: it cannot be edited (immutable once submitted)")
+    doc, findings = validation(change)
+    if doc is None:
+        raise Invalid("the draft's document does not parse; fix it in the YAML editor first",
+                      [FieldError("document." + e.path if e.path else "document", e.message) for e in findings])
+    removed = list(removed)
+    result = apply_edit(doc, values, removed, measured_peak_mib=dict(measured_peaks) if measured_peaks is not None else None)
+    if result.document is not None and not blocking(result.findings, [*values, *removed]):
+        update_change(session=session, change_id=change_id, actor=actor, document=dump_yaml(result.document))
+        result.saved = True
+    return result
 
 
 def validation(change: ChangeRequest, *, measured_peaks: Mapping[str, float] | None = None,
@@ -376,7 +380,7 @@ def semantic_diff(*, session: Session, change: ChangeRequest) -> list:
     if doc is None:
         return []
     base = get_version(session=session, number=change.base_version_id)
-    return diff(load_document(base).to_data(), doc.to_data())
+    return diff(load_document(base).to_values(), doc.to_values())
 
 
 def is_stale(*, session: Session, change: ChangeRequest) -> bool:

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Form, Query, Request
 from starlette.responses import RedirectResponse, Response
 
 from app.auth.deps import CurrentUser, Finance, Principal, Staff
 from app.billing import issued, periods
-from app.billing.invoices import invoice_summaries, load_view, platform_statement, tenant_invoice
+from app.billing.invoices import invoice_line, invoice_summaries, load_view, platform_statement, tenant_invoice
+from app.billing.line_days import line_days
 from app.billing.models import DocumentKind, PeriodStatus
 from app.billing.period import get_period, parse_period, rated_period, require_started
 from app.billing.report import read_report
@@ -68,6 +69,20 @@ def billing_invoice(request: Request, period: str, tenant: str, session: Session
         raise NotFound(f"No invoice for tenant {tenant!r} in {row.month}")
     invoice = tenant_invoice(load_view(session=session, period=row), tenant)
     return render(request, "billing/invoice.html", {"title": f"Invoice {row.month} {tenant}", "invoice": invoice})
+
+
+@router.get("/billing/{period}/{tenant}/days")
+def billing_line_days(request: Request, period: str, tenant: str, session: SessionDep, user: CurrentUser,
+                      line: Annotated[str, Query(max_length=300)] = "") -> Response:
+    """One invoice line day by day (an htmx fragment under the line, or a page of its own)."""
+    row = rated_period(session=session, month=period)
+    if not user.can_see_tenant(tenant):
+        raise NotFound(f"No invoice for tenant {tenant!r} in {row.month}")
+    record = invoice_line(load_view(session=session, period=row), tenant, line)
+    days = line_days(session=session, period=row, line=record)
+    return render(request, "billing/line_days.html",
+                  {"title": f"Invoice {row.month} {tenant}: per day", "period": row.month, "tenant": tenant, "d": days},
+                  block="days")
 
 
 @router.get("/billing/{period}/{tenant}/invoice.pdf")

@@ -1,53 +1,98 @@
-"""Fleet: occupancy heatmap per pool over time, pools and nodes with their MIG layouts, memory headroom."""
+"""Fleet: occupancy heatmap per pool, per GPU of a pool, or per MIG instance of a GPU, over any past range;
+pools and nodes with their MIG layouts; memory headroom against the inference reserve from stored peaks."""
 
 from __future__ import annotations
 
 from datetime import date
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.auth.deps import Staff
 from app.core.deps import SessionDep
-from app.http.templating import render
+from app.http.templating import render, templates
 from app.metrics.attribution import UNPOOLED
-from app.metrics.occupancy_read import occupancy
+from app.metrics.live import LiveCache
+from app.metrics.occupancy_read import HOURLY_MAX_DAYS, occupancy
+from app.metrics.unit_read import tenant_memory_peaks, unit_occupancy
 from app.policy.service import active_document
 from app.review.impact import capacity_impact
+from app.web import heat
 from app.web.date_range_picker import range_context, resolve
+from app.web.overview_panels import data_version
 
 router = APIRouter(include_in_schema=False)
+# Per-unit aggregates of a long range scan every unit-hour of a pool: kept per (range, level, data version) for
+# 30 s like the overview's, and concurrent requests for them wait for one computation instead of each running it.
+UNIT_CACHE = LiveCache(ttl_s=30)
 # Fleet-wide capacity is not any one tenant's data: tenant members do not see this page (nav hides it too).
 
 
-def _level(value) -> int:
-    """Heatmap shade 0..5 (0 = idle, 5 = full); the cell also carries the number, colour is never the only cue."""
-    return min(5, int(float(value) * 5 + 0.999)) if value > 0 else 0
+def _headers(buckets: list, hourly: bool) -> list[dict]:
+    """Column headers: the day with its month (daily), the hour with the date at each midnight and the start (hourly)."""
+    out = []
+    for i, b in enumerate(buckets):
+        if hourly:
+            first = i == 0 or b.hour == 0
+            out.append({"title": b.strftime("%Y-%m-%d %H:00"), "top": f"{b.hour:02d}h",
+                        "bottom": b.strftime("%d %b") if first else ""})
+        else:
+            out.append({"title": b.strftime("%Y-%m-%d"), "top": b.strftime("%d"), "bottom": b.strftime("%b")})
+    return out
+
+
+def _link(rc, **params) -> str:
+    query = {"start": rc.period.start.isoformat(), "end": rc.period.end.isoformat(), **params}
+    return "/fleet?" + urlencode({k: v for k, v in query.items() if v})
+
+
+def _heatmap(session, rc, level: str, pool: str | None, gpu: str | None) -> str:
+    """The heatmap section's HTML (a long range of a large pool is ~15,000 cells: rendered once, then cached)."""
+    if level == "fleet":
+        occ = occupancy(session=session, period=rc.period)
+        rows = [{"key": p, "label": p, "href": _link(rc, pool=p),
+                 "note": f"{occ.gpus.get(p, '?')} GPUs" + (" · unpriced" if p == UNPOOLED else "")} for p in occ.pools]
+    else:
+        occ = unit_occupancy(session=session, period=rc.period, pool=pool, gpu=gpu if level == "gpu" else None)
+        rows = [{"key": r.key, "label": r.label, "note": ", ".join(r.tenants) or "no holder",
+                 "href": _link(rc, pool=pool, gpu=r.key) if level == "pool" else None} for r in occ.rows]
+    context = {
+        "level": level, "pool_name": pool, "gpu_uuid": gpu, "occ": occ, "rows": rows, "buckets": occ.buckets,
+        "hourly": occ.hourly, "cells": occ.cells, "totals": occ.totals, "headers": _headers(occ.buckets, occ.hourly),
+        "cell_style": heat.cell_style, "legend_gradient": heat.legend_gradient(), "legend_ticks": heat.LEGEND_TICKS,
+        "fleet_href": _link(rc), "pool_href": _link(rc, pool=pool) if pool else None, "unpooled": UNPOOLED,
+    }
+    return templates.env.get_template("fleet/_heatmap.html").render(context)
 
 
 @router.get("/fleet")
-def fleet(request: Request, session: SessionDep, user: Staff, start: date | None = None, end: date | None = None) -> Response:
+def fleet(request: Request, session: SessionDep, user: Staff, start: date | None = None, end: date | None = None,
+          pool: str | None = None, gpu: str | None = None) -> Response:
     rc = resolve(start, end)
-    occ = occupancy(session=session, period=rc.period)
+    level = "gpu" if pool and gpu else "pool" if pool else "fleet"
+    key = ("heatmap", rc.period.start, rc.period.end, rc.period.tz.key, level, pool, gpu, data_version(session))
+    heatmap_html = UNIT_CACHE.get(key, lambda: _heatmap(session, rc, level, pool, gpu))
     doc = active_document(session=session)
     pools = []
     if doc is not None:
-        for pool in doc.pools:
-            nodes = [{"name": n, "mig": doc.isolation.mig.get(n)} for n in pool.nodes]
-            pools.append({"pool": pool, "nodes": nodes, "gpus": len(pool.nodes) * pool.gpus_per_node,
+        for p in doc.pools:
+            nodes = [{"name": n, "mig": doc.isolation.mig.get(n)} for n in p.nodes]
+            pools.append({"pool": p, "nodes": nodes, "gpus": len(p.nodes) * p.gpus_per_node,
                           "mig_nodes": sum(1 for n in nodes if n["mig"])})
-    impact = capacity_impact(None, doc, measured_peaks=None) if doc is not None else None
-    labels = [b.strftime("%m-%d %H:00") if occ.hourly else b.strftime("%m-%d") for b in occ.buckets]
+    peaks = UNIT_CACHE.get(("peaks", rc.now.replace(minute=0, second=0, microsecond=0), data_version(session)),
+                           lambda: tenant_memory_peaks(session=session, until=rc.now))
+    impact = capacity_impact(None, doc, measured_peaks=peaks) if doc is not None else None
     context = {
         "title": "Fleet",
-        "occ": occ,
-        "labels": labels,
-        "level": _level,
+        "level": level,
+        "pool_name": pool,
+        "hourly": (rc.period.end - rc.period.start).days + 1 <= HOURLY_MAX_DAYS,
+        "heatmap_html": heatmap_html,
         "pools": pools,
-        "unpooled": UNPOOLED,
         "mig_rows": impact["mig"] if impact else [],
         "memory_rows": impact["memory"] if impact else [],
         "reserve": doc.isolation.inference if doc else None,
-        **range_context(request, rc),
+        **range_context(request, rc, keep={"pool": pool or "", "gpu": gpu or ""}),
     }
     return render(request, "fleet/index.html", context)

@@ -10,6 +10,7 @@ from starlette.requests import Request
 NAV: list[tuple[str, str, frozenset[str] | None]] = [
     ("Overview", "/", None),
     ("Tenants", "/tenants", None),
+    ("Allocation", "/allocation", None),
     ("Fleet", "/fleet", frozenset({"admin", "operator", "reviewer", "finance", "viewer"})),
     ("SLA", "/sla", None),
     ("Billing", "/billing", None),

@@ -1,27 +1,28 @@
-"""Policy pages: the active version, history with diffs, change requests (YAML editor validated as you type),
-review, the releases board and the audit log. Same services and roles as the JSON API; forms post with CSRF.
+"""Policy pages: the active version, history with diffs, change requests (create, edit with the YAML editor
+validated as you type, submit) and the audit log. Review and release pages live in app/web/review.py.
+Same services and roles as the JSON API; forms post with CSRF.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Form, Request
-from starlette.responses import RedirectResponse, Response
+from fastapi import APIRouter, Depends, Form, Request
+from starlette.responses import Response
 
-from app.auth.deps import Operator, Reviewer, Staff
+from app.auth.deps import Operator, Staff
 from app.core.audit import AuditEntry, readable_entries
 from app.core.deps import SessionDep
-from app.core.errors import FieldError, Invalid
-from app.core.timeutil import aware
+from app.core.errors import FieldError, Invalid, NotFound
 from app.http.htmx import is_htmx
-from app.http.pagination import MAX_ID, paginate
+from app.http.htmx import redirect_after_post as _redirect
 from app.http.pagination import IdPath as Id
-from app.http.templating import render
+from app.http.pagination import paginate
+from app.http.templating import render, templates
 from app.policy.parsing import check_document
 from app.policy.service import (
     active_version,
+    dump_value,
     dump_yaml,
     get_version,
     latest_version,
@@ -29,36 +30,16 @@ from app.policy.service import (
     load_document,
     previous_version,
 )
-from app.review import changes, impact, releases
+from app.review import changes, releases
 from app.review.deps import BucketsDep, PeaksDep
-from app.review.models import ChangeState, ReleaseState
+from app.review.models import ChangeState
+from app.web import policy_forms
 
 router = APIRouter(prefix="/policy", include_in_schema=False)
+templates.env.filters["policy_value"] = dump_value  # diff cells as the YAML editor writes them: 0.6, not "0.6"
+templates.env.globals["policy_sections"] = policy_forms.SECTIONS  # the structured editor's forms, linked from every draft page
 
 Text = Annotated[str, Form()]
-
-def _redirect(request: Request, url: str) -> Response:
-    """After a POST: a 303 for a plain form, HX-Redirect for htmx (which would follow a 3xx inside the XHR)."""
-    if is_htmx(request):
-        return Response(status_code=204, headers={"HX-Redirect": url})
-    return RedirectResponse(url, status_code=303)
-
-
-def _when(value: str, path: str) -> datetime | None:
-    """A datetime-local field (read as UTC) or ISO 8601 text; empty is None."""
-    if not value.strip():
-        return None
-    try:
-        return aware(datetime.fromisoformat(value.strip().replace("Z", "+00:00")))
-    except ValueError:
-        raise Invalid(f"{value!r} is not a date and time", [FieldError(path, "expected YYYY-MM-DDTHH:MM (UTC)")]) from None
-
-
-def _required_when(value: str, path: str) -> datetime:
-    found = _when(value, path)
-    if found is None:
-        raise Invalid("a date and time is required", [FieldError(path, "required")])
-    return found
 
 
 # ---- versions ---------------------------------------------------------------------------------------
@@ -89,7 +70,7 @@ def history(request: Request, session: SessionDep, user: Staff) -> Response:
     rows = []
     for i, v in enumerate(versions):
         previous = versions[i - 1] if i else None
-        changed = diff(load_document(previous).to_data(), load_document(v).to_data()) if previous else []
+        changed = diff(load_document(previous).to_values(), load_document(v).to_values()) if previous else []
         rows.append({"version": v, "diff": changed})
     return render(request, "policy/history.html", {"title": "Policy history", "rows": list(reversed(rows)),
                                                    "active_id": active.id if active else None})
@@ -101,7 +82,7 @@ def version_page(number: Id, request: Request, session: SessionDep, user: Staff)
 
     version = get_version(session=session, number=number)
     previous = previous_version(session=session, number=number)
-    changed = diff(load_document(previous).to_data(), load_document(version).to_data()) if previous else []
+    changed = diff(load_document(previous).to_values(), load_document(version).to_values()) if previous else []
     files, _ = releases.artifacts_for(session=session, version_id=number)
     context = {"title": f"Policy version {number}", "version": version, "previous": previous, "diff": changed,
                "yaml": dump_yaml(load_document(version)), "files": sorted(files)}
@@ -145,28 +126,6 @@ def validate_fragment(request: Request, user: Staff, peaks: PeaksDep, buckets: B
     return render(request, "policy/_validation.html", {"findings": findings, "parsed": parsed}, block=None)
 
 
-@router.get("/changes/{change_id}")
-def change_page(change_id: Id, request: Request, session: SessionDep, user: Staff, peaks: PeaksDep, buckets: BucketsDep,
-                month: str | None = None) -> Response:
-    change = changes.get_change(session=session, change_id=change_id)
-    release_id = releases.release_of_change(session=session, change_id=change.id)
-    context = {
-        "title": f"Change request #{change.id}",
-        "change": change,
-        "preview": impact.preview(session=session, change=change, measured_peaks=peaks, month=month,
-                                           latency_buckets=buckets),
-        "comments": changes.comments(session=session, change_id=change.id),
-        "decisions": changes.decisions(session=session, change_id=change.id),
-        "release_id": release_id,
-        "user": user,
-        "is_author": user.name == change.author,
-        "can_review": bool(user.roles & {"admin", "reviewer"}) and user.name != change.author,
-        "field_paths": changes.common_paths(load_document(get_version(session=session, number=change.base_version_id))),
-        "can_operate": bool(user.roles & {"admin", "operator"}),
-    }
-    return render(request, "policy/change.html", context)
-
-
 @router.get("/changes/{change_id}/edit")
 def change_edit(change_id: Id, request: Request, session: SessionDep, user: Operator) -> Response:
     change = changes.get_change(session=session, change_id=change_id)
@@ -189,109 +148,91 @@ def change_update(change_id: Id, request: Request, session: SessionDep, user: Op
 @router.post("/changes/{change_id}/fields")
 def change_set_field(change_id: Id, request: Request, session: SessionDep, user: Operator, path: Text = "",
                      value: Text = "") -> Response:
-    changes.set_field(session=session, change_id=change_id, actor=user.name, path=path, value=value)
+    """Set one field by path; a bad path or value comes back as the form with the error beside it and the input kept."""
+    try:
+        changes.set_field(session=session, change_id=change_id, actor=user.name, path=path, value=value)
+    except Invalid as exc:
+        change = changes.get_change(session=session, change_id=change_id)
+        base = load_document(get_version(session=session, number=change.base_version_id))
+        errors = {"path" if e.path == "path" else "value": e.message for e in exc.errors}
+        context = {"title": f"Set a field of #{change.id}", "change": change, "field_paths": changes.common_paths(base),
+                   "path": path, "value": value, "problem": exc.detail, "field_errors": errors}
+        return render(request, "policy/set_field.html", context, status_code=422, block="set_field")
     return _redirect(request, f"/policy/changes/{change_id}")
+
+
+# ---- structured editing: one form per section of the document -------------------------------------
+
+
+async def _posted(request: Request) -> list[tuple[str, str]]:
+    form = await request.form()  # already parsed (and cached) by the CSRF check
+    return [(k, v) for k, v in form.multi_items() if isinstance(v, str)]
+
+
+Posted = Annotated[list[tuple[str, str]], Depends(_posted)]
+_CONTROL = {"csrf_token", "_add", "_remove"}
+
+
+def _section_name(section: str) -> str:
+    if section not in policy_forms.SECTIONS:
+        raise NotFound(f"no policy form {section!r}: one of {', '.join(policy_forms.SECTIONS)}")
+    return section
+
+
+def _draft_document(session, change_id: int) -> tuple:
+    change = changes.get_change(session=session, change_id=change_id)
+    doc, findings = changes.validation(change)
+    return change, doc, findings
+
+
+@router.get("/changes/{change_id}/sections/{section}")
+def section_form(change_id: Id, section: str, request: Request, session: SessionDep, user: Operator,
+                 saved: int = 0) -> Response:
+    """A section of the draft as a form (quotas, tiers, tenants, pools, isolation, SLAs, pricing)."""
+    name = _section_name(section)
+    change, doc, findings = _draft_document(session, change_id)
+    if change.state != ChangeState.DRAFT or user.name != change.author:
+        return _redirect(request, f"/policy/changes/{change.id}")
+    if doc is None:  # only the YAML editor can mend a document that does not parse
+        return _redirect(request, f"/policy/changes/{change.id}/edit")
+    use = policy_forms.use_last_month(session=session) if name == "quotas" else None
+    form = policy_forms.build(name, doc, findings=findings, use=use)
+    return render(request, "policy/section_form.html", _section_context(change, form, saved=bool(saved)), block="section")
+
+
+@router.post("/changes/{change_id}/sections/{section}")
+def section_save(change_id: Id, section: str, request: Request, session: SessionDep, user: Operator, posted: Posted,
+                 peaks: PeaksDep) -> Response:
+    """Apply the form to the draft: saved and back to the form, or the form again with errors beside the fields."""
+    name = _section_name(section)
+    values = {k: v for k, v in posted if k not in _CONTROL}
+    removed = [v for k, v in posted if k == "_remove"]
+    add = next((v for k, v in posted if k == "_add"), "")
+    change, doc, _ = _draft_document(session, change_id)
+    if doc is None:
+        raise Invalid("the draft's document does not parse; fix it in the YAML editor first", [FieldError("document", "does not parse")])
+    use = policy_forms.use_last_month(session=session) if name == "quotas" else None
+    if add:  # "add a row": the same form with the input kept and one more row, nothing saved
+        form = policy_forms.build(name, doc, posted=values, removed=removed, add=add, use=use)
+        return render(request, "policy/section_form.html", _section_context(change, form), block="section")
+    result = changes.edit_fields(session=session, change_id=change_id, actor=user.name, values=values, removed=removed,
+                                 measured_peaks=peaks)
+    if result.saved:
+        return _redirect(request, f"/policy/changes/{change_id}/sections/{name}?saved=1")
+    form = policy_forms.build(name, doc, posted=values, removed=removed, findings=result.findings, use=use)
+    # 422 for a form post; htmx swaps the form in place, and a 200 keeps it from logging the answer as a failure.
+    return render(request, "policy/section_form.html", _section_context(change, form),
+                  status_code=200 if is_htmx(request) else 422, block="section")
+
+
+def _section_context(change, form: policy_forms.Section, *, saved: bool = False) -> dict:
+    return {"title": f"#{change.id} {form.title}", "change": change, "form": form, "saved": saved}
 
 
 @router.post("/changes/{change_id}/submit")
 def change_submit(change_id: Id, request: Request, session: SessionDep, user: Operator, peaks: PeaksDep) -> Response:
     changes.submit(session=session, change_id=change_id, actor=user.name, measured_peaks=peaks)
     return _redirect(request, f"/policy/changes/{change_id}")
-
-
-@router.post("/changes/{change_id}/approve")
-def change_approve(change_id: Id, request: Request, session: SessionDep, user: Reviewer, comment: Text = "") -> Response:
-    changes.approve(session=session, change_id=change_id, actor=user.name, comment=comment)
-    return _redirect(request, f"/policy/changes/{change_id}")
-
-
-@router.post("/changes/{change_id}/reject")
-def change_reject(change_id: Id, request: Request, session: SessionDep, user: Reviewer, comment: Text = "") -> Response:
-    changes.reject(session=session, change_id=change_id, actor=user.name, comment=comment)
-    return _redirect(request, f"/policy/changes/{change_id}")
-
-
-@router.post("/changes/{change_id}/withdraw")
-def change_withdraw(change_id: Id, request: Request, session: SessionDep, user: Operator) -> Response:
-    changes.withdraw(session=session, change_id=change_id, actor=user.name)
-    return _redirect(request, f"/policy/changes/{change_id}")
-
-
-@router.post("/changes/{change_id}/rebase")
-def change_rebase(change_id: Id, request: Request, session: SessionDep, user: Operator) -> Response:
-    result = changes.rebase(session=session, change_id=change_id, actor=user.name)
-    if result.get("conflicts"):
-        change = changes.get_change(session=session, change_id=change_id)
-        return render(request, "policy/rebase.html", {"title": f"Rebase #{change_id}: conflicts", "change": change,
-                                                      "result": result}, status_code=409)
-    return _redirect(request, f"/policy/changes/{change_id}")
-
-
-@router.post("/changes/{change_id}/comments")
-def change_comment(change_id: Id, request: Request, session: SessionDep, user: Staff, body: Text = "") -> Response:
-    changes.add_comment(session=session, change_id=change_id, actor=user.name, body=body)
-    return _redirect(request, f"/policy/changes/{change_id}#comments")
-
-
-# ---- releases -------------------------------------------------------------------------------------
-
-
-@router.get("/releases")
-def release_board(request: Request, session: SessionDep, user: Staff) -> Response:
-    everything = releases.list_releases(session=session)
-    taken = releases.attached_change_ids(session=session)
-    free = [c for c in changes.list_changes(session=session, state=ChangeState.APPROVED) if c.id not in taken]
-    columns = [(state, [r for r in everything if r.state == state]) for state in tuple(ReleaseState)]
-    context = {
-        "title": "Releases",
-        "columns": columns,
-        "attached": {r.id: releases.attached(session=session, release_id=r.id) for r in everything},
-        "free": free,
-        "can_operate": bool(user.roles & {"admin", "operator"}),
-    }
-    return render(request, "policy/releases.html", context)
-
-
-@router.post("/releases")
-def release_create(request: Request, session: SessionDep, user: Operator, name: Text = "", service: Text = "",
-                   planned_at: Text = "") -> Response:
-    releases.create_release(session=session, actor=user.name, name=name, service=service,
-                            planned_at=_required_when(planned_at, "planned_at"))
-    return _redirect(request, "/policy/releases")
-
-
-@router.post("/releases/{release_id}/attach")
-def release_attach(release_id: Id, request: Request, session: SessionDep, user: Operator, change_id: Text = "") -> Response:
-    if not change_id.strip().isdigit() or not 1 <= int(change_id) <= MAX_ID:
-        raise Invalid("choose an approved change request", [FieldError("change_id", "required")])
-    releases.attach(session=session, release_id=release_id, change_id=int(change_id), actor=user.name)
-    return _redirect(request, "/policy/releases")
-
-
-@router.post("/releases/{release_id}/detach/{change_id}")
-def release_detach(release_id: Id, change_id: Id, request: Request, session: SessionDep, user: Operator) -> Response:
-    releases.detach(session=session, release_id=release_id, change_id=change_id, actor=user.name)
-    return _redirect(request, "/policy/releases")
-
-
-@router.post("/releases/{release_id}/apply")
-def release_apply(release_id: Id, request: Request, session: SessionDep, user: Operator, effective_from: Text = "") -> Response:
-    releases.apply_release(session=session, release_id=release_id, actor=user.name,
-                           effective_from=_required_when(effective_from, "effective_from"))
-    return _redirect(request, "/policy/releases")
-
-
-@router.post("/releases/{release_id}/deploy")
-def release_deploy(release_id: Id, request: Request, session: SessionDep, user: Operator) -> Response:
-    releases.deploy_release(session=session, release_id=release_id, actor=user.name)
-    return _redirect(request, "/policy/releases")
-
-
-@router.post("/releases/{release_id}/rollback")
-def release_rollback(release_id: Id, request: Request, session: SessionDep, user: Operator, effective_from: Text = "") -> Response:
-    releases.rollback_release(session=session, release_id=release_id, actor=user.name,
-                              effective_from=_when(effective_from, "effective_from"))
-    return _redirect(request, "/policy/releases")
 
 
 # ---- audit ----------------------------------------------------------------------------------------

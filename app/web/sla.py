@@ -9,9 +9,11 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from app.auth.deps import CurrentUser
-from app.billing.sla_penalties import add_penalties
+from app.billing.period import rated_period
+from app.billing.sla_penalties import add_penalties, breach_evidence, paid_penalties
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
+from app.core.settings import get_settings
 from app.http.templating import render
 from app.metrics.breaches_read import breach_minutes, services
 from app.metrics.date_ranges import days_of
@@ -57,9 +59,14 @@ def sla_page(
             datasets.append({"label": f"red line {chosen.p99_ms} ms", "data": [chosen.p99_ms] * len(ordered),
                              "color": RED, "pointRadius": 0, "borderDash": [6, 4], "fill": False})
         p99_chart = {"labels": labels, "datasets": datasets}
+    # A training tenant sees no SLA service of its own, yet pays penalties for other tenants' services:
+    # list those (service name only, as on its invoice lines) with a link to their evidence.
+    paid = paid_penalties(session=session, months=sorted({f"{d.year:04d}-{d.month:02d}" for d in days_of(rc.period)}), tenants=user.visible_tenants()) \
+        if user.visible_tenants() is not None else []
     context = {
         "title": "SLA",
         "currency": doc.pricing.currency if doc else "",
+        "paid": paid,
         "rows": rows,
         "chosen": chosen,
         "breaches": breaches,
@@ -72,3 +79,25 @@ def sla_page(
         **range_context(request, rc, keep={"service": service}),
     }
     return render(request, "sla/index.html", context)
+
+
+@router.get("/sla/paid")
+def sla_paid(
+    request: Request,
+    session: SessionDep,
+    user: CurrentUser,
+    period: Annotated[str, Query(max_length=7)] = "",
+    tenant: Annotated[str, Query(max_length=200)] = "",
+    service: Annotated[str, Query(max_length=200)] = "",
+) -> Response:
+    """The breach minutes behind one tenant's SLA penalty line: P99 and the tenant's own GPU-seconds in each.
+    Without a line named: the penalties the viewer's tenants paid, each linking here."""
+    if not (period and tenant and service):
+        paid = paid_penalties(session=session, months=None, tenants=user.visible_tenants())
+        return render(request, "sla/paid.html", {"title": "SLA penalties paid", "e": None, "paid": paid})
+    row = rated_period(session=session, month=period)
+    if not user.can_see_tenant(tenant):
+        raise NotFound(f"{tenant!r} paid no SLA penalty for {service!r} in {row.month}")
+    evidence = breach_evidence(session=session, period=row, tenant=tenant, service=service)
+    return render(request, "sla/paid.html",
+                  {"title": f"SLA evidence {row.month} {tenant} {service}", "e": evidence, "tz": get_settings().tz})

@@ -8,11 +8,10 @@ cannot recreate them (a render today uses today's renderer). Such periods get no
 downloads are live re-renders, marked as such (header X-Document: re-rendered, X-Issued-SHA256 with
 the stored hash, and a notice when the re-render's hash differs), and `chargeback verify` says so.
 
-Down revision: 0008, the newest revision on this branch when it was written (0009 and 0010 are on
-other branches; whoever merges last re-points this down_revision to the newest one on main).
+Down revision: 0010 (unit_hour), the newest revision on main when this branch merged main in.
 
 Revision ID: 0011
-Revises: 0008
+Revises: 0010
 Create Date: 2026-12-01 06:00:00
 """
 
@@ -21,7 +20,7 @@ import sqlmodel
 from alembic import op
 
 revision = '0011'
-down_revision = '0008'
+down_revision = '0010'
 branch_labels = None
 depends_on = None
 

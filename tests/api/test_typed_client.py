@@ -88,6 +88,8 @@ async def drive(client: httpx.AsyncClient, session) -> list[Answer]:
     await call("vic", "GET", "/periods/{period}/report", path={"period": "2026-10"})
     for group_by in ("tenant", "pool", "class", "department"):
         await call("fay", "GET", "/usage", params={"start": "2026-10-01", "end": "2026-11-01", "group_by": group_by})
+    for aggregate in ("tenant", "namespace"):
+        await call("fay", "GET", "/allocation", params={"window": "2026-10", "aggregate": aggregate})
     await call("fay", "POST", "/periods/{period}/close", path={"period": "2026-10"},
                json={"accept_gaps": True, "reason": "typed client"})
     await call("fay", "POST", "/periods/{period}/corrections", expect=201, path={"period": "2026-11"},

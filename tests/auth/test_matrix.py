@@ -55,6 +55,9 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/overview/sla"): SIGNED_IN,
     # billing and usage (tenant members: only their own tenants, others answered 404)
     ("GET", "/api/v1/usage"): SIGNED_IN,
+    ("GET", "/api/v1/allocation"): SIGNED_IN,
+    ("GET", "/allocation"): SIGNED_IN,
+    ("GET", "/allocation.csv"): SIGNED_IN,
     ("GET", "/api/v1/periods"): SIGNED_IN,
     ("GET", "/api/v1/periods/{period}/invoices"): SIGNED_IN,
     ("GET", "/api/v1/periods/{period}/invoices/{tenant}"): SIGNED_IN,
@@ -70,6 +73,8 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/billing/{period}/{tenant}/invoice.pdf"): SIGNED_IN,
     ("GET", "/billing/{period}/report"): STAFF,
     ("GET", "/billing/{period}/report.pdf"): STAFF,
+    ("GET", "/billing/{period}/{tenant}/days"): SIGNED_IN,
+    ("GET", "/sla/paid"): SIGNED_IN,
     ("POST", "/billing/{period}/rate"): FINANCE,
     ("POST", "/billing/{period}/close"): FINANCE,
     # policy: staff read, operators propose and release, reviewers decide
@@ -118,6 +123,8 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/policy/changes/{change_id}/edit"): OPERATOR,
     ("POST", "/policy/changes/{change_id}"): OPERATOR,
     ("POST", "/policy/changes/{change_id}/fields"): OPERATOR,
+    ("GET", "/policy/changes/{change_id}/sections/{section}"): OPERATOR,
+    ("POST", "/policy/changes/{change_id}/sections/{section}"): OPERATOR,
     ("POST", "/policy/changes/{change_id}/submit"): OPERATOR,
     ("POST", "/policy/changes/{change_id}/approve"): REVIEWER,
     ("POST", "/policy/changes/{change_id}/reject"): REVIEWER,

@@ -83,4 +83,5 @@ def test_policy_validation_refuses_formula_names():
     with pytest.raises(Invalid) as info:
         parse_document(dump_yaml(PolicyDocument.model_validate(base)))
     paths = {e.path for e in info.value.errors if "formula" in e.message}
-    assert paths == {"tenants[0].department", "pools[0].name", "sla[0].service"}
+    # Named items by their (refused) names, as the diff names them.
+    assert paths == {f"tenants[{base['tenants'][0]['name']}].department", "pools[+cmd].name", "sla[@evil].service"}

@@ -147,7 +147,8 @@ def test_pdf_reads_back_with_pdftotext(session, october, tmp_path):
     assert "Platform statement - 2026-10" in text
     assert "Invoice 2026-10 - tenant vision" in text
     assert "Invoice 2026-10 - tenant search" in text
-    assert "Total due: 3.60 USD" in text  # vision: 1.82 + 0.78 + 1.00 penalty
+    assert "Draft total, not yet due: 3.60 USD" in text  # vision: 1.82 + 0.78 + 1.00 penalty
+    assert "Total due" not in text  # a draft is not due
     assert "Penalties paid: 1.00 USD" in text
     assert "Credits received: 1.00 USD" in text
     assert "conserved" in text

@@ -196,7 +196,7 @@ def test_migration_0011_up_and_down(fresh_engine):
         periods.close(session=s, period="2026-10", actor="fin", accept_gaps=True, reason="one test hour")
     url = fresh_engine.url.render_as_string(hide_password=False)
     fresh_engine.dispose()
-    downgrade(url, "0008")
+    downgrade(url, "0010")
     engine = make_engine(url)
     with unit_of_work(engine) as s:
         assert "issued_document" not in inspect(s.connection()).get_table_names()

@@ -114,7 +114,7 @@ async def test_tenant_month_total_and_department_rollup_everywhere(finance, sess
         assert sum(Decimal(l[amount]) for l in lines if l[account] == tenant) == Decimal(total)
         assert as_billed[tenant] == Decimal(total)  # what the pricing preview calls "before"
         assert f"<td>{money(total)}</td>" in period_page
-        assert f"<strong>{money(total)}</strong>" in (await finance.get(f"/billing/{MONTH}/{tenant}")).text
+        assert f'<strong data-testid="total">{money(total)} USD</strong>' in (await finance.get(f"/billing/{MONTH}/{tenant}")).text
         assert f"<td>{money(total)}</td>" in tenants_page
         detail = (await finance.get(f"/tenants/{tenant}?start=2026-10-01&end=2026-10-31")).text
         assert f"<strong>{money(total)}</strong>" in detail

@@ -360,7 +360,7 @@ def test_missing_price_names_every_model_and_hour():
     text = str(err.value)
     assert h100 in text and "L40S" in text
     assert "2026-11-01T00:00Z..2026-11-01T02:00Z, 2026-11-01T07:00Z" in text
-    assert [e.path for e in err.value.errors] == ["pricing.gpu_models.L40S", f"pricing.gpu_models.{h100}"]
+    assert [e.path for e in err.value.errors] == ["pricing.gpu_models.L40S", f'pricing.gpu_models["{h100}"]']
 
 
 def test_differing_currencies_are_refused():

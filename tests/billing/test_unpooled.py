@@ -162,5 +162,5 @@ def test_unpooled_is_not_a_pool_name():
 
     doc = policy_doc(pools=[{"name": "unpooled", "nodes": ["gpu-a100-01"], "reserved_fraction": "0.30",
                              "reservations": {"search": 1}}], sla=[])
-    errors = [e for e in validate(doc) if e.path == "pools[0].name" and e.severity == "error"]
+    errors = [e for e in validate(doc) if e.path == "pools[unpooled].name" and e.severity == "error"]
     assert errors and "reserved" in errors[0].message

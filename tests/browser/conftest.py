@@ -27,7 +27,7 @@ PASSWORD = "browser-suite-passphrase"
 DAYS = 7
 # name -> (role, tenants)
 USERS = {"ada": ("admin", []), "olga": ("operator", []), "rex": ("reviewer", []), "fin": ("finance", []),
-         "tess": ("tenant", ["search"])}
+         "tess": ("tenant", ["search"]), "vic": ("tenant", ["vision"])}
 
 
 def _months(start, end) -> list[str]:

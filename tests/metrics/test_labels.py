@@ -58,10 +58,10 @@ def test_time_sliced_split_by_requests_else_as_the_exporter_named():
     one = series("GPU-1", "a/p1", {60: 2, 120: 2})
     two = series("GPU-2", "b/p2", {60: 2, 120: 4})  # a burst in minute 120; the hour stays under capacity
     holders = {60: {("a", "p1"): 1.0, ("c", "p3"): 3.0}}
-    split, cuts = split_time_sliced([one, two], holders, dark={120},
+    split, cuts, _ = split_time_sliced([one, two], holders, dark={120},
                                     weight_of=lambda s: (Fraction(30), Fraction(1)), classify=lambda ns: (ns, "training"))
-    assert split == {("a", "training", False, 60): Fraction(30), ("c", "training", False, 60): Fraction(90),
-                     ("a", "training", True, 120): Fraction(60), ("b", "training", True, 120): Fraction(120)}
+    assert split == {("a", "training", False, 60, "a"): Fraction(30), ("c", "training", False, 60, "c"): Fraction(90),
+                     ("a", "training", True, 120, "a"): Fraction(60), ("b", "training", True, 120, "b"): Fraction(120)}
     assert cuts == []  # 180 s in the hour is under the unit's 3600 s
 
 

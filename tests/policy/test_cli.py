@@ -85,8 +85,8 @@ def test_import_of_an_invalid_file_prints_paths_and_exits_1(cli_db, bad_file):
     assert result.exit_code == 1
     assert isinstance(result.exception, SystemExit)
     assert "Traceback" not in result.output
-    assert "error: isolation.mig.gpu-a100-02.gpus.0-3: 5g.40gb is not a profile of NVIDIA A100-SXM4-80GB" in result.stderr
-    assert "error: sla[0].tenant: unknown tenant 'ghost'" in result.stderr
+    assert "error: isolation.mig[\"gpu-a100-02\"].gpus[\"0-3\"]: 5g.40gb is not a profile of NVIDIA A100-SXM4-80GB" in result.stderr
+    assert "error: sla[search-chat].tenant: unknown tenant 'ghost'" in result.stderr
     assert run("list").stdout.strip() == "no policy versions"
 
 
@@ -121,7 +121,7 @@ def test_validate_checks_red_lines_with_the_bucket_source_it_is_given(tmp_path, 
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     buckets = tuple(Decimal(b) for b in ("0.1", "0.3", "0.5"))
     result = runner.invoke(app, ["policy", "validate", str(path)], obj={"latency_buckets": lambda: lambda selector: buckets})
-    assert result.exit_code == 0 and "warning: sla[0].p99_ms: red line 250 ms is not a bucket boundary" in result.stderr
+    assert result.exit_code == 0 and "warning: sla[search-chat].p99_ms: red line 250 ms is not a bucket boundary" in result.stderr
 
 
 def test_validate_reports_yaml_syntax_errors(cli_db, tmp_path):

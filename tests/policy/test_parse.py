@@ -83,23 +83,23 @@ def test_pydantic_paths_use_the_document_spelling(data):
     data["isolation"]["mig"]["gpu-a100-02"]["gpus"]["0-3"]["3g.40gb"] = "two"
     del data["pricing"]["energy_price_per_kwh"]
     assert _errors_for(data) == [
-        ("tenants[1].class", "Input should be 'inference', 'training' or 'preprocessing'"),
-        ("pools[0].reserved_fraction", "Input should be less than or equal to 1"),
-        ("pools[0].colour", "unknown field (not part of the policy document)"),
+        ("tenants[vision].class", "Input should be 'inference', 'training' or 'preprocessing'"),
+        ("pools[mixed-a100].reserved_fraction", "Input should be less than or equal to 1"),
+        ("pools[mixed-a100].colour", "unknown field (not part of the policy document)"),
         ("pricing.energy_price_per_kwh", "required"),
-        ("isolation.mig.gpu-a100-02.gpus.0-3.3g.40gb", "Input should be a valid integer, unable to parse string as an integer"),
+        ("isolation.mig[\"gpu-a100-02\"].gpus[\"0-3\"][\"3g.40gb\"]", "Input should be a valid integer, unable to parse string as an integer"),
     ]
 
 
 def test_missing_class_is_reported_as_class(data):
     del data["tenants"][0]["class"]
-    assert _errors_for(data) == [("tenants[0].class", "required")]
+    assert _errors_for(data) == [("tenants[search].class", "required")]
 
 
 def test_cross_field_errors_raise_invalid(data):
     data["isolation"]["mig"]["gpu-a100-02"]["gpus"]["0-3"] = {"5g.40gb": 1}
     assert _errors_for(data) == [
-        ("isolation.mig.gpu-a100-02.gpus.0-3", "5g.40gb is not a profile of NVIDIA A100-SXM4-80GB")
+        ("isolation.mig[\"gpu-a100-02\"].gpus[\"0-3\"]", "5g.40gb is not a profile of NVIDIA A100-SXM4-80GB")
     ]
 
 

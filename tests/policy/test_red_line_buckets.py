@@ -29,7 +29,7 @@ def test_validation_reads_the_buckets_from_prometheus(scenario_prometheus):
     assert lookup(SEARCH) == VLLM  # vLLM's real boundaries, as the scenario's exporter has them
     assert lookup('nothing_bucket{job="x"}') is None
     warnings = [(e.path, e.message) for e in validate(with_red_line("250"), latency_buckets=lookup) if e.severity == "warning"]
-    assert [p for p, m in warnings if "bucket boundary" in m] == ["sla[0].p99_ms"]
+    assert [p for p, m in warnings if "bucket boundary" in m] == ["sla[search-chat].p99_ms"]
     assert not [e for e in validate(with_red_line("300"), latency_buckets=lookup) if "bucket boundary" in e.message]
     # Unreachable Prometheus: no buckets known, no warning, no error.
     assert bucket_lookup("http://127.0.0.1:9", timeout_s=1)(SEARCH) is None
@@ -40,7 +40,7 @@ def test_the_validate_endpoint_returns_the_warning(fresh_engine):
     client.app.dependency_overrides[latency_buckets] = lambda: (lambda selector: VLLM if selector == SEARCH else None)
     answer = client.post(URL, headers=headers, json={"document": dump_yaml(with_red_line("250"))})
     assert answer.status_code == 200, answer.text
-    found = [w for w in answer.json()["warnings"] if w["path"] == "sla[0].p99_ms"]
+    found = [w for w in answer.json()["warnings"] if w["path"] == "sla[search-chat].p99_ms"]
     assert len(found) == 1 and "nearest boundaries are 300 ms" in found[0]["message"]
     answer = client.post(URL, headers=headers, json={"document": dump_yaml(with_red_line("300"))})
-    assert not [w for w in answer.json()["warnings"] if w["path"] == "sla[0].p99_ms"]
+    assert not [w for w in answer.json()["warnings"] if w["path"] == "sla[search-chat].p99_ms"]

@@ -72,7 +72,7 @@ def test_import_revalidates_fields_that_skipped_pydantic(session, example_doc):
     pool = example_doc.pools[0].model_copy(update={"reserved_fraction": Decimal("1.5")})
     with pytest.raises(Invalid) as info:
         import_version(session=session, document=example_doc.model_copy(update={"pools": [pool]}), actor="a")
-    assert [(e.path, e.message) for e in info.value.errors] == [("pools[0].reserved_fraction", "Input should be less than or equal to 1")]
+    assert [(e.path, e.message) for e in info.value.errors] == [("pools[mixed-a100].reserved_fraction", "Input should be less than or equal to 1")]
     assert _count(session) == 0
 
 

@@ -10,7 +10,7 @@ from app.policy.document import PolicyDocument, Pool
 from app.policy.validation import validate
 
 A100 = "NVIDIA A100-SXM4-80GB"
-MIG = "isolation.mig.gpu-a100-02"
+MIG = 'isolation.mig["gpu-a100-02"]'
 PRICE = {"purchase_price": 30000, "depreciation_years": 3, "hosting_per_hour": "0.2", "default_power_watts": 700}
 
 
@@ -62,39 +62,39 @@ CASES = {
     # unknown references
     "reservation-unknown-tenant": (
         lambda d: d["pools"][0]["reservations"].update(ghost=1),
-        [("pools[0].reservations.ghost", "unknown tenant 'ghost'")],
+        [("pools[mixed-a100].reservations.ghost", "unknown tenant 'ghost'")],
     ),
     "reservation-non-inference-tenant": (
         lambda d: d["pools"][0]["reservations"].update(vision=1),
-        [("pools[0].reservations.vision", "tenant 'vision' is training: only inference tenants hold reservations")],
+        [("pools[mixed-a100].reservations.vision", "tenant 'vision' is training: only inference tenants hold reservations")],
     ),
     "sla-unknown-tenant": (
         lambda d: d["sla"][0].update(tenant="ghost"),
-        [("sla[0].tenant", "unknown tenant 'ghost'")],
+        [("sla[search-chat].tenant", "unknown tenant 'ghost'")],
     ),
     "sla-training-tenant": (
         lambda d: d["sla"][0].update(tenant="vision"),
-        [("sla[0].tenant", "tenant 'vision' is training: SLAs apply to inference tenants")],
+        [("sla[search-chat].tenant", "tenant 'vision' is training: SLAs apply to inference tenants")],
     ),
     "sla-unknown-pool": (
         lambda d: d["sla"][0].update(pool="ghost-pool"),
-        [("sla[0].pool", "unknown pool 'ghost-pool'")],
+        [("sla[search-chat].pool", "unknown pool 'ghost-pool'")],
     ),
     "quota-unknown-tenant": (
         lambda d: d["quotas"][0].update(tenant="ghost"),
-        [("quotas[0].tenant", "unknown tenant 'ghost'")],
+        [("quotas[ghost/mixed-a100].tenant", "unknown tenant 'ghost'")],
     ),
     "quota-unknown-pool": (
         lambda d: d["quotas"][0].update(pool="ghost-pool"),
-        [("quotas[0].pool", "unknown pool 'ghost-pool'")],
+        [("quotas[vision/ghost-pool].pool", "unknown pool 'ghost-pool'")],
     ),
     "taints-unknown-pool": (
         lambda d: d["isolation"]["node_taints"].update({"ghost-pool": [{"key": "a", "effect": "NoSchedule"}]}),
-        [("isolation.node_taints.ghost-pool", "unknown pool 'ghost-pool'")],
+        [("isolation.node_taints[\"ghost-pool\"]", "unknown pool 'ghost-pool'")],
     ),
     "mig-node-in-no-pool": (
         lambda d: d["isolation"]["mig"].update({"gpu-x-99": d["isolation"]["mig"]["gpu-a100-02"]}),
-        [("isolation.mig.gpu-x-99", "node 'gpu-x-99' is not in any pool")],
+        [("isolation.mig[\"gpu-x-99\"]", "node 'gpu-x-99' is not in any pool")],
     ),
     "eviction-unknown-step": (
         lambda d: d["eviction_order"].append("delete-everything"),
@@ -115,19 +115,19 @@ CASES = {
     # claims and duplicates
     "namespace-claimed-twice": (
         lambda d: d["tenants"][1]["namespaces"].append("search-prod"),
-        [("tenants[1].namespaces[1]", "namespace 'search-prod' is already claimed by tenant 'search'")],
+        [("tenants[vision].namespaces[1]", "namespace 'search-prod' is already claimed by tenant 'search'")],
     ),
     "namespace-listed-twice": (
         lambda d: d["tenants"][0]["namespaces"].append("search-prod"),
-        [("tenants[0].namespaces[1]", "namespace 'search-prod' is listed twice")],
+        [("tenants[search].namespaces[1]", "namespace 'search-prod' is listed twice")],
     ),
     "node-in-two-pools": (
         lambda d: d["pools"].append({"name": "other", "nodes": ["gpu-a100-02"]}),
-        [("pools[1].nodes[0]", "node 'gpu-a100-02' is already in pool 'mixed-a100'")],
+        [("pools[other].nodes[0]", "node 'gpu-a100-02' is already in pool 'mixed-a100'")],
     ),
     "time-sliced-node-outside-the-pool": (
         lambda d: d["pools"][0].update(time_sliced_nodes=["gpu-a100-01", "gpu-l4-09"]),
-        [("pools[0].time_sliced_nodes[1]", "node 'gpu-l4-09' is not in this pool's nodes")],
+        [("pools[mixed-a100].time_sliced_nodes[1]", "node 'gpu-l4-09' is not in this pool's nodes")],
     ),
     "duplicate-tenant": (
         lambda d: d["tenants"].append({"name": "etl", "department": "x", "namespaces": [], "class": "preprocessing"}),
@@ -135,7 +135,7 @@ CASES = {
     ),
     "reserved-tenant-name": (
         lambda d: d["tenants"].append({"name": "unallocated", "department": "x", "class": "training"}),
-        [("tenants[3].name", "'unallocated' is reserved for use no tenant claims")],
+        [("tenants[unallocated].name", "'unallocated' is reserved for use no tenant claims")],
     ),
     "duplicate-pool": (
         lambda d: d["pools"].append({"name": "mixed-a100", "nodes": ["gpu-h100-01"]}),
@@ -156,60 +156,60 @@ CASES = {
     # priorities
     "priority-value-reused": (
         lambda d: d["priorities"][1].update(value=1000000),
-        [("priorities[1].value", "value 1000000 is also used by tier 'inference-core'")],
+        [("priorities[inference-aux].value", "value 1000000 is also used by tier 'inference-core'")],
     ),
     "training-above-inference": (
         lambda d: d["priorities"][2].update(value=950000),
-        [("priorities[2].value", "training tier 'training' (950000) must be below inference tier 'inference-aux' (900000)")],
+        [("priorities[training].value", "training tier 'training' (950000) must be below inference tier 'inference-aux' (900000)")],
     ),
     "preprocessing-above-training": (
         lambda d: d["priorities"][3].update(value=20000),
-        [("priorities[3].value", "preprocessing tier 'preprocessing' (20000) must be below training tier 'training' (10000)")],
+        [("priorities[preprocessing].value", "preprocessing tier 'preprocessing' (20000) must be below training tier 'training' (10000)")],
     ),
     "tiers-not-listed-highest-first": (
         lambda d: d["priorities"].insert(0, d["priorities"].pop(1)),
-        [("priorities[1].value", "tiers are listed highest first: 1000000 is above the previous tier 'inference-aux' (900000)")],
+        [("priorities[inference-core].value", "tiers are listed highest first: 1000000 is above the previous tier 'inference-aux' (900000)")],
     ),
     "preemptible-inference": (
         lambda d: d["priorities"][0].update(preemptible=True),
-        [("priorities[0].preemptible", "inference tiers are never preemptible")],
+        [("priorities[inference-core].preemptible", "inference tiers are never preemptible")],
     ),
     "tenant-class-without-tier": (
         lambda d: d["priorities"].pop(3),
-        [("tenants[2].class", "no priority tier has class 'preprocessing'")],
+        [("tenants[etl].class", "no priority tier has class 'preprocessing'")],
     ),
     # MIG
     "mig-profile-not-offered": (
         _set_layout({"0-3": {"5g.40gb": 1}, "4-7": {"7g.80gb": 1}}),
-        [(f"{MIG}.gpus.0-3", "5g.40gb is not a profile of NVIDIA A100-SXM4-80GB")],
+        [(f'{MIG}.gpus["0-3"]', "5g.40gb is not a profile of NVIDIA A100-SXM4-80GB")],
     ),
     "mig-40gb-profile-on-80gb-card": (
         _set_layout({"0-7": {"3g.20gb": 2}}),
-        [(f"{MIG}.gpus.0-7", "3g.20gb is not a profile of NVIDIA A100-SXM4-80GB")],
+        [(f'{MIG}.gpus["0-7"]', "3g.20gb is not a profile of NVIDIA A100-SXM4-80GB")],
     ),
     "mig-compute-slices-exceed-7": (
         _set_layout({"0-3": {"4g.40gb": 2}}),
-        [(f"{MIG}.gpus.0-3", "profiles use 8 compute slices per GPU, above the 7 of NVIDIA A100-SXM4-80GB")],
+        [(f'{MIG}.gpus["0-3"]', "profiles use 8 compute slices per GPU, above the 7 of NVIDIA A100-SXM4-80GB")],
     ),
     "mig-memory-slices-exceed-8": (
         _set_layout({"0-3": {"3g.40gb": 2, "1g.10gb": 1}}),
-        [(f"{MIG}.gpus.0-3", "profiles use 9 memory slices per GPU, above the 8 of NVIDIA A100-SXM4-80GB")],
+        [(f'{MIG}.gpus["0-3"]', "profiles use 9 memory slices per GPU, above the 8 of NVIDIA A100-SXM4-80GB")],
     ),
     "mig-two-media-extensions": (
         _set_layout({"0-3": {"1g.10gb+me": 2}}),
-        [(f"{MIG}.gpus.0-3", "at most one +me instance per GPU")],
+        [(f'{MIG}.gpus["0-3"]', "at most one +me instance per GPU")],
     ),
     "mig-zero-count": (
         _set_layout({"0-3": {"3g.40gb": 0}}),
-        [(f"{MIG}.gpus.0-3", "3g.40gb: count must be at least 1")],
+        [(f'{MIG}.gpus["0-3"]', "3g.40gb: count must be at least 1")],
     ),
     "mig-empty-layout": (
         _set_layout({"0-3": {}}),
-        [(f"{MIG}.gpus.0-3", "no profiles: leave whole GPUs out of the layout")],
+        [(f'{MIG}.gpus["0-3"]', "no profiles: leave whole GPUs out of the layout")],
     ),
     "mig-a30-exceeds-4-slices": (
         _seq(_price_only("NVIDIA A30"), _set_layout({"0-7": {"4g.24gb": 1, "1g.6gb": 1}})),
-        [(f"{MIG}.gpus.0-7", "profiles use 5 compute slices per GPU, above the 4 of NVIDIA A30")],
+        [(f'{MIG}.gpus["0-7"]', "profiles use 5 compute slices per GPU, above the 4 of NVIDIA A30")],
     ),
     "mig-on-rtx-4090": (
         _price_only("NVIDIA GeForce RTX 4090"),
@@ -223,15 +223,15 @@ CASES = {
     ),
     "mig-backwards-range": (
         _set_layout({"3-0": {"3g.40gb": 2}}),
-        [(f"{MIG}.gpus.3-0", "range '3-0' runs backwards")],
+        [(f'{MIG}.gpus["3-0"]', "range '3-0' runs backwards")],
     ),
     "mig-overlapping-ranges": (
         _set_layout({"0-3": {"3g.40gb": 2}, "3-5": {"7g.80gb": 1}}),
-        [(f"{MIG}.gpus.3-5", "GPUs overlap with '0-3'")],
+        [(f'{MIG}.gpus["3-5"]', "GPUs overlap with '0-3'")],
     ),
     "mig-index-beyond-node": (
         _set_layout({"0-3": {"3g.40gb": 2}, "4-8": {"7g.80gb": 1}}),
-        [(f"{MIG}.gpus.4-8", "GPU 8 is beyond the node's 8 GPUs (0-7)")],
+        [(f'{MIG}.gpus["4-8"]', "GPU 8 is beyond the node's 8 GPUs (0-7)")],
     ),
     "mig-model-ambiguous": (
         _add_price("NVIDIA H100 80GB HBM3"),
@@ -247,24 +247,24 @@ CASES = {
     ),
     "pool-model-unpriced": (
         lambda d: d["pools"][0].update(gpu_model="NVIDIA H20"),
-        [("pools[0].gpu_model", "'NVIDIA H20' is not priced in pricing.gpu_models")],
+        [("pools[mixed-a100].gpu_model", "'NVIDIA H20' is not priced in pricing.gpu_models")],
     ),
     # quotas
     "quota-above-pool-gpus": (
         lambda d: d["quotas"][0].update(guaranteed_gpus=17),
-        [("quotas[0].guaranteed_gpus", "guaranteed GPUs in pool 'mixed-a100' sum to 17, above its 16 GPUs (2 nodes x 8)")],
+        [("quotas[vision/mixed-a100].guaranteed_gpus", "guaranteed GPUs in pool 'mixed-a100' sum to 17, above its 16 GPUs (2 nodes x 8)")],
     ),
     "quotas-summing-above-pool-gpus": (
         lambda d: d["quotas"].append({"tenant": "etl", "pool": "mixed-a100", "guaranteed_gpus": 13}),
-        [("quotas[1].guaranteed_gpus", "guaranteed GPUs in pool 'mixed-a100' sum to 17, above its 16 GPUs (2 nodes x 8)")],
+        [("quotas[etl/mixed-a100].guaranteed_gpus", "guaranteed GPUs in pool 'mixed-a100' sum to 17, above its 16 GPUs (2 nodes x 8)")],
     ),
     "quota-lends-more-than-guaranteed": (
         lambda d: d["quotas"][0].update(lending_limit=5),
-        [("quotas[0].lending_limit", "lending_limit 5 exceeds guaranteed_gpus 4")],
+        [("quotas[vision/mixed-a100].lending_limit", "lending_limit 5 exceeds guaranteed_gpus 4")],
     ),
     "number-too-large": (
         lambda d: d["pricing"]["gpu_models"][A100].update(purchase_price="1e13"),
-        [(f"pricing.gpu_models.{A100}.purchase_price", "1E+13 is too large (limit 1,000,000,000,000)")],
+        [(f"pricing.gpu_models[\"{A100}\"].purchase_price", "1E+13 is too large (limit 1,000,000,000,000)")],
     ),
     # isolation, SLA, colocation
     "memory-reserve-factor-below-1.2": (
@@ -273,7 +273,7 @@ CASES = {
     ),
     "sla-p99-absurd": (
         lambda d: d["sla"][0].update(p99_ms=1_000_000),
-        [("sla[0].p99_ms", "must be above 0 and at most 600000 ms")],
+        [("sla[search-chat].p99_ms", "must be above 0 and at most 600000 ms")],
     ),
     "peak-window-unknown-tz": (
         lambda d: d["colocation"]["peak_windows"][0].update(tz="Mars/Olympus_Mons"),
@@ -308,8 +308,8 @@ def test_mig_model_named_per_node_when_two_are_priced(data):
     data["isolation"]["mig"]["gpu-a100-02"]["model"] = A100
     assert problems(data) == []
     data["isolation"]["mig"]["gpu-a100-02"]["model"] = "NVIDIA H200"
-    assert problems(data) == [(f"{MIG}.gpus.0-3", "3g.40gb is not a profile of NVIDIA H200"),
-                              (f"{MIG}.gpus.4-7", "7g.80gb is not a profile of NVIDIA H200")]
+    assert problems(data) == [(f'{MIG}.gpus["0-3"]', "3g.40gb is not a profile of NVIDIA H200"),
+                              (f'{MIG}.gpus["4-7"]', "7g.80gb is not a profile of NVIDIA H200")]
 
 
 def test_mig_model_from_the_pool(data):
@@ -325,7 +325,7 @@ def test_pool_size_follows_gpus_per_node(data):
     assert problems(data) == []  # 4 guaranteed of 2 x 2 GPUs fits
     data["quotas"][0]["guaranteed_gpus"] = 5
     assert problems(data) == [
-        ("quotas[0].guaranteed_gpus", "guaranteed GPUs in pool 'mixed-a100' sum to 5, above its 4 GPUs (2 nodes x 2)")
+        ("quotas[vision/mixed-a100].guaranteed_gpus", "guaranteed GPUs in pool 'mixed-a100' sum to 5, above its 4 GPUs (2 nodes x 2)")
     ]
 
 
@@ -339,7 +339,7 @@ def test_unknown_priced_model_is_a_warning(data):
     data["pricing"]["gpu_models"] = {"Acme Tensor 9000": PRICE}
     data["isolation"]["mig"] = {}
     assert problems(data) == []
-    assert ("pricing.gpu_models.Acme Tensor 9000", "'Acme Tensor 9000' is not in the GPU catalogue: treated as a whole GPU without MIG") in problems(data, "warning")
+    assert ("pricing.gpu_models[\"Acme Tensor 9000\"]", "'Acme Tensor 9000' is not in the GPU catalogue: treated as a whole GPU without MIG") in problems(data, "warning")
 
 
 def test_mig_on_an_unknown_model_is_an_error(data):
@@ -349,7 +349,7 @@ def test_mig_on_an_unknown_model_is_an_error(data):
 
 # Fractions: pydantic bounds them on parse; validate() checks documents built without it at the same path.
 FRACTIONS = [
-    ("pools[0].reserved_fraction", lambda doc, v: doc.model_copy(update={"pools": [doc.pools[0].model_copy(update={"reserved_fraction": v})]})),
+    ("pools[mixed-a100].reserved_fraction", lambda doc, v: doc.model_copy(update={"pools": [doc.pools[0].model_copy(update={"reserved_fraction": v})]})),
     ("pricing.dark_time_multiplier", lambda doc, v: doc.model_copy(update={"pricing": doc.pricing.model_copy(update={"dark_time_multiplier": v})})),
     ("isolation.training.network_cap_fraction", lambda doc, v: doc.model_copy(update={"isolation": doc.isolation.model_copy(
         update={"training": doc.isolation.training.model_copy(update={"network_cap_fraction": v})})})),
@@ -369,13 +369,13 @@ def test_fraction_outside_0_1(path, update, value, example_doc):
 def test_sla_penalty_and_p99_checked_without_pydantic(example_doc):
     bad = example_doc.sla[0].model_copy(update={"p99_ms": Decimal(0), "penalty_per_breach_minute": Decimal("-1")})
     errors = [(e.path, e.message) for e in validate(example_doc.model_copy(update={"sla": [bad]})) if e.severity == "error"]
-    assert errors == [("sla[0].p99_ms", "must be above 0 and at most 600000 ms"), ("sla[0].penalty_per_breach_minute", "must be at least 0")]
+    assert errors == [("sla[search-chat].p99_ms", "must be above 0 and at most 600000 ms"), ("sla[search-chat].penalty_per_breach_minute", "must be at least 0")]
 
 
 # The measured-peak check: the example reserves 0.30 x 16 GPUs x 81920 MiB = 393216 MiB for `search`.
 def test_reserve_below_1_2x_measured_peak_is_an_error(data):
     assert problems(data, measured_peak_mib={"search": 400_000}) == [
-        ("pools[0].reservations.search", "'search' reserves 393216 MiB of GPU memory, below 1.2 x its measured peak 400000 MiB")
+        ("pools[mixed-a100].reservations.search", "'search' reserves 393216 MiB of GPU memory, below 1.2 x its measured peak 400000 MiB")
     ]
 
 
@@ -388,20 +388,20 @@ def test_reserve_below_the_policy_factor_is_a_warning(data):
     data["isolation"]["inference"]["memory_reserve_factor"] = "1.5"
     assert problems(data, measured_peak_mib={"search": 300_000}) == []
     assert problems(data, "warning", measured_peak_mib={"search": 300_000}) == [
-        ("pools[0].reservations.search", "'search' reserves 393216 MiB of GPU memory, below 1.5 x its measured peak 300000 MiB")
+        ("pools[mixed-a100].reservations.search", "'search' reserves 393216 MiB of GPU memory, below 1.5 x its measured peak 300000 MiB")
     ]
 
 
 def test_missing_peak_for_one_tenant_is_a_warning(data):
     assert problems(data, "warning", measured_peak_mib={}) == [
-        ("tenants[0]", "no measured peak memory for 'search': its reserve is not checked")
+        ("tenants[search]", "no measured peak memory for 'search': its reserve is not checked")
     ]
 
 
 def test_inference_tenant_without_reservation(data):
     data["pools"][0]["reservations"] = {}
     assert problems(data, measured_peak_mib={"search": 1000}) == [
-        ("tenants[0]", "'search' reserves 0 MiB of GPU memory, below 1.2 x its measured peak 1000 MiB")
+        ("tenants[search]", "'search' reserves 0 MiB of GPU memory, below 1.2 x its measured peak 1000 MiB")
     ]
 
 

@@ -124,7 +124,7 @@ def test_validation_errors_block_submission_with_paths(session):
     change = draft(session, v1, edit=set_quota(99))
     with pytest.raises(Invalid) as err:
         changes.submit(session=session, change_id=change.id, actor="olga")
-    assert "document.quotas[0].guaranteed_gpus" in [e.path for e in err.value.errors]
+    assert "document.quotas[vision/mixed-a100].guaranteed_gpus" in [e.path for e in err.value.errors]
     assert change.state == ChangeState.DRAFT
     broken = changes.update_change(session=session, change_id=change.id, actor="olga", document="tenants: [")
     with pytest.raises(Invalid):

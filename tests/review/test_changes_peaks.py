@@ -37,7 +37,7 @@ def test_peaks_from_prometheus_sum_gpus_at_the_same_minute(tmp_path):
     assert peaks == {"search": 300_000.0, "vision": 50_000.0}
     # 30% of 16 A100-80GB = 393216 MiB reserved for search: below 1.2 x 400000, an error at the reservation.
     errors = validate(doc, measured_peak_mib={"search": 400_000.0})
-    assert any(e.path == "pools[0].reservations.search" and e.severity == "error" for e in errors)
+    assert any(e.path == "pools[mixed-a100].reservations.search" and e.severity == "error" for e in errors)
     assert not any(e.severity == "error" for e in validate(doc, measured_peak_mib=peaks))
     memory = impact.capacity_impact(None, doc, measured_peaks=peaks)["memory"]
     assert memory == [{"tenant": "search", "reserved_mib": 393216, "peak_mib": 300000, "required_mib": 360000, "ok": True}]

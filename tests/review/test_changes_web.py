@@ -56,7 +56,7 @@ async def test_editor_validates_as_you_type_and_review_enforces_four_eyes(browse
     # The htmx live check: a fragment naming the offending field path, always 200.
     fragment = await ada.post("/policy/validate", data={"document": edited(v1, set_quota(99))},
                               headers={"HX-Request": "true", "X-CSRF-Token": ada_csrf})
-    assert fragment.status_code == 200 and "quotas[0].guaranteed_gpus" in fragment.text and "<html" not in fragment.text
+    assert fragment.status_code == 200 and "quotas[vision/mixed-a100].guaranteed_gpus" in fragment.text and "<html" not in fragment.text
     fragment = await ada.post("/policy/validate", data={"document": "tenants: ["}, headers={"X-CSRF-Token": ada_csrf})
     assert fragment.status_code == 200 and "alert-error" in fragment.text
     # Without the CSRF token the same POST is refused.

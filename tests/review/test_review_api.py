@@ -87,11 +87,11 @@ async def test_roles(client, auth, v1):
 
 async def test_invalid_document_is_422_with_field_paths(client, auth, v1):
     change = await new_change(client, auth, v1, edit=set_quota(99))
-    assert change["errors"][0]["path"] == "quotas[0].guaranteed_gpus"  # a draft may hold errors ...
+    assert change["errors"][0]["path"] == "quotas[vision/mixed-a100].guaranteed_gpus"  # a draft may hold errors ...
     response = await client.post(f"{API}/changes/{change['id']}/submit", headers=auth["olga"])
     assert response.status_code == 422  # ... but cannot be submitted with them
     assert response.headers["content-type"].startswith("application/problem+json")
-    assert "document.quotas[0].guaranteed_gpus" in [e["path"] for e in response.json()["errors"]]
+    assert "document.quotas[vision/mixed-a100].guaranteed_gpus" in [e["path"] for e in response.json()["errors"]]
     response = await client.post(f"{API}/validate", headers=auth["olga"], json={"document": "pricing: {energy_price_per_kwh: -1}"})
     assert response.status_code == 422
     assert "pricing.energy_price_per_kwh" in [e["path"] for e in response.json()["errors"]]

@@ -16,7 +16,15 @@ from sqlalchemy import insert
 from sqlmodel import Session
 
 from app.core.timeutil import hours_between
-from app.metrics.models import BreachMinuteRollup, BreachShare, IngestHour, PoolHourModel, PoolHourRollup, UsageRollup
+from app.metrics.models import (
+    BreachMinuteRollup,
+    BreachShare,
+    IngestHour,
+    NamespaceUsage,
+    PoolHourModel,
+    PoolHourRollup,
+    UsageRollup,
+)
 from app.policy.document import PolicyDocument
 from app.policy.service import import_version
 from tests.support.policies import SPEC_TENANTS
@@ -110,6 +118,15 @@ def add_hour(
             session.flush()
             for tenant, gs in colocated:
                 session.add(BreachShare(breach_id=b.id, tenant=tenant, gpu_seconds=Decimal(gs)))
+    session.flush()
+
+
+def add_namespaces(session: Session, *, hour: datetime, parts, pool: str = POOL) -> None:
+    """Namespace rows of one hour: (tenant, class, dark, namespace, GPU-seconds); each usage row's parts must add up to it."""
+    for tenant, klass, dark, namespace, seconds in parts:
+        session.add(NamespaceUsage(hour=hour, pool=pool, namespace=namespace, tenant=tenant, klass=klass, dark=dark,
+                                   gpu_seconds=Decimal(seconds), activity_sum=0.5 * seconds / 30,
+                                   activity_samples=int(seconds // 30)))
     session.flush()
 
 

@@ -10,7 +10,7 @@ from decimal import Decimal
 from sqlmodel import Session
 
 from app.core.timeutil import floor_hour, utcnow
-from app.metrics.models import IngestHour, UsageRollup
+from app.metrics.models import IngestHour, PoolHourRollup, UsageRollup
 from app.policy.models import PolicyVersion
 
 
@@ -27,6 +27,14 @@ def usage(session: Session, version: PolicyVersion, *, hour: datetime, tenant: s
           gpu_seconds: str, pool: str = "a100", dark: bool = False) -> UsageRollup:
     row = UsageRollup(hour=hour, pool=pool, tenant=tenant, klass=klass, dark=dark,
                       gpu_seconds=Decimal(gpu_seconds), policy_version_id=version.id)
+    session.add(row)
+    return row
+
+
+def pool_hour(session: Session, version: PolicyVersion, *, hour: datetime, pool: str, gpus: int) -> PoolHourRollup:
+    """A pool's measured hour (its GPUs, fully available)."""
+    row = PoolHourRollup(hour=hour, pool=pool, gpus=gpus, capacity_gpu_seconds=Decimal(gpus * 3600), dark_minutes=0,
+                         policy_version_id=version.id)
     session.add(row)
     return row
 

@@ -91,15 +91,70 @@ class TenantGpuHours(Out):
     efficiency: float | None
 
 
+InvoiceGroupName = Literal["reserved_fee", "inference_overage", "usage_busy", "usage_dark", "sla", "correction", "other"]
+
+
+class InvoiceLine(ChargeLine):
+    """An invoice line with its derivation: quantity x unit_rate, rounded half-even to the cent, = amount."""
+
+    group: InvoiceGroupName = Field(description="The invoice group; lines are served in group order")
+    unit_rate: DecimalText | None = Field(
+        description="amount / quantity with the fewest decimals (4 at least) at which quantity x unit_rate, rounded "
+                    "half-even to the cent, equals amount; an effective rate for GPU-hour lines (hours of different "
+                    "rates); null for a zero quantity")
+    rate_basis: str = Field(description="How the rate comes from the pool and the policy version (SPEC section 5)")
+    policy_rate: DecimalText | None = Field(description="SLA lines: the policy version's penalty per breach minute")
+    undiscounted_amount: DecimalText | None = Field(
+        description="Dark-time lines: the amount at the full rate, amount / dark_multiplier rounded half-even to the cent")
+    undiscounted_rate: DecimalText | None = Field(description="Dark-time lines: the checkable rate of undiscounted_amount")
+    dark_multiplier: DecimalText | None = Field(description="Dark-time lines: the policy version's dark_time_multiplier")
+    discount: DecimalText | None = Field(description="Dark-time lines: undiscounted_amount - amount")
+    drilldown: bool = Field(description="A per-day breakdown exists (rated GPU-hour lines)")
+    evidence: bool = Field(description="SLA penalty lines: the breach minutes behind it can be read")
+
+
+class InvoiceGroup(Out):
+    group: InvoiceGroupName
+    label: str
+    subtotal: DecimalText
+    line_ids: list[str]
+
+
+class BillingDates(Out):
+    start: datetime = Field(description="The period's first instant (UTC)")
+    end: datetime = Field(description="exclusive (UTC)")
+    timezone: str = Field(description="The billing timezone (IANA name)")
+    start_local: str = Field(description="start in the billing timezone, ISO 8601 with offset")
+    end_local: str = Field(description="end in the billing timezone, ISO 8601 with offset (exclusive)")
+    first_day: str = Field(description="First calendar day, YYYY-MM-DD")
+    last_day: str = Field(description="Last calendar day, YYYY-MM-DD")
+
+
+class Coverage(Out):
+    """Hours of the month measured (ingested without a gap) against the hours in the month."""
+
+    hours_measured: int
+    hours_in_month: int
+    fraction: DecimalText
+    complete: bool
+
+
 class Invoice(Out):
     """One tenant's invoice for a period."""
 
     period: str
     status: Status
+    final: bool = Field(description="The period is finalized: the total is due")
+    status_label: Literal["draft", "finalized"]
+    total_label: str = Field(description="'Total due' once finalized, else 'Draft total, not yet due'")
     tenant: str
     department: str
     currency: str
-    lines: list[ChargeLine]
+    billing_dates: BillingDates
+    coverage: Coverage
+    lines: list[InvoiceLine]
+    groups: list[InvoiceGroup] = Field(description="Groups in invoice order: reserved fee, inference overage, "
+                                                   "usage busy, usage dark, SLA penalties and credits, corrections")
     gpu_hours: list[TenantGpuHours]
     gpu_hours_total: DecimalText
     efficiency: float | None
@@ -168,12 +223,24 @@ class DataQuality(QualityCut):
     by_pool: dict[str, QualityCut]
 
 
+class SlaMinutes(Out):
+    """A service's breach minutes in the period against those its credit covers."""
+
+    service: str
+    pool: str
+    breach_minutes: int = Field(description="Stored breach minutes of the period's hours (the SLA page's count)")
+    credited_minutes: int = Field(description="Minutes with co-located training/preprocessing: charged and credited")
+    unattributed_minutes: int = Field(description="Minutes with nobody co-located: nobody to charge")
+    not_rated_minutes: int = Field(description="The rest: hours ingested again after rating (re-rate), or not rated")
+
+
 class Statement(Out):
     """The platform statement of a period: balance lines, unallocated use, gaps, unattributed breaches, conservation."""
 
     period: str
     status: Status
     currency: str
+    sla_minutes: list[SlaMinutes]
     balance: Balance
     balance_total: DecimalText
     unallocated: Unallocated

@@ -3,6 +3,7 @@ an exposition and an OpenMetrics backfill. All views read the same schedules (se
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +29,12 @@ class Simulator:
         self.workload = Workload(seed, self.topology)
         self.energy = Energy(self.workload)
         self._policy: PolicyDocument | None = None
+        self.lock = threading.RLock()  # its caches are shared by an exporter's request threads and `hold`
+
+    def hold(self, unit_index: int, pods: tuple, since: datetime) -> None:
+        """Drive the state: from the minute of `since` on, the unit is held by `pods` (workload.Pod; none = free)."""
+        with self.lock:
+            self.workload.override(unit_index, int(since.timestamp()) // 60, pods)
 
     def policy(self) -> PolicyDocument:
         """The seed policy document that matches this cluster (passes validation)."""
@@ -49,11 +56,11 @@ class Simulator:
 
         return ground_truth(self, start, end)
 
-    def exposition(self, at: datetime) -> str:
-        """Every series at instant `at`, in the Prometheus text format 0.0.4."""
+    def exposition(self, at: datetime, families: tuple[str, ...] | None = None) -> str:
+        """Every series (of `families`, when given) at instant `at`, in the Prometheus text format 0.0.4."""
         from app.metrics.simulator.exposition import exposition
 
-        return exposition(self, at)
+        return exposition(self, at, families)
 
     def write_openmetrics(self, path: str | Path, start: datetime, end: datetime, *,
                           metrics: Iterable[str] | None = None,

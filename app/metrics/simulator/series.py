@@ -69,6 +69,11 @@ FAMILIES = (
 FAMILY_NAMES = tuple(f.name for f in FAMILIES)
 
 
+def fb_used_mib(unit: Unit, pods: tuple) -> int:
+    """DCGM_FI_DEV_FB_USED of a unit held by `pods` (0 when free)."""
+    return unit.memory_mib * min(98, sum(MEM_PCT[p.container] for p in pods)) // 100
+
+
 def jitter(key: int, t: int, spread: int) -> int:
     """A deterministic wobble in [-spread, spread] for one sample (cheap: runs per sample)."""
     return ((key + t * 2654435761) >> 13) % (2 * spread + 1) - spread
@@ -168,7 +173,7 @@ class Renderer:
                     for h in hs:
                         out.append(h + value + suffix)
             else:
-                used = unit.memory_mib * min(98, sum(MEM_PCT[p.container] for p in pods)) // 100
+                used = fb_used_mib(unit, pods)
                 value = str(used if scope == "fb_used" else unit.memory_mib - used)
                 for _, suffix in ts:
                     for h in hs:

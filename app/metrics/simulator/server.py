@@ -10,9 +10,10 @@ from app.core.timeutil import utcnow
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def serve_exporter(sim, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
-    """Serve `sim` on host:port (0 = any free port) from a daemon thread; call .shutdown() to stop."""
-    lock = threading.Lock()  # the simulator's caches are shared by the request threads
+def serve_exporter(sim, host: str = "127.0.0.1", port: int = 0,
+                   families: tuple[str, ...] | None = None) -> ThreadingHTTPServer:
+    """Serve `sim` (only `families`, when given) on host:port (0 = any free port) from a daemon thread; .shutdown() stops it."""
+    lock = sim.lock  # the simulator's caches are shared by the request threads (and `Simulator.hold`)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -20,7 +21,7 @@ def serve_exporter(sim, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTP
                 self._send(404, b"not found: try /metrics\n", "text/plain; charset=utf-8")
                 return
             with lock:
-                body = sim.exposition(utcnow()).encode()
+                body = sim.exposition(utcnow(), families).encode()
             self._send(200, body, CONTENT_TYPE)
 
         def _send(self, status: int, body: bytes, content_type: str) -> None:

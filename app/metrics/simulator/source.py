@@ -15,6 +15,7 @@ from app.core.errors import Invalid
 from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S
 from app.core.timeutil import epoch
 from app.metrics.histograms import INF, VLLM_E2E_LATENCY_S, p99_bucket, quantile
+from app.metrics.simulator.series import fb_used_mib
 from app.metrics.simulator.workload import INFERENCE_PCT, NAMESPACES, PCT_CAP, SLOTS, SLOW_FROM_S
 from app.metrics.types import OCCUPANCY_METRICS, GpuEnergy, OccupancySeries, SeriesLabels, ServiceMinutes, SourceBatch
 from app.policy.document import PolicyDocument
@@ -53,7 +54,7 @@ class SimulatorSource:
         if s % HOUR_S or e % HOUR_S or e <= s:
             raise Invalid(f"fetch needs whole hours, got {start.isoformat()} .. {end.isoformat()}")
         batch = SourceBatch(start=s, end=e)
-        batch.occupancy = self._occupancy(s, e)
+        batch.occupancy = self._occupancy(s, e, batch.fb_peak)
         batch.energy = self._energy(s, e)
         for sla in policy.sla:
             service = service_for(sla.service, sla.requests)
@@ -61,7 +62,7 @@ class SimulatorSource:
                 batch.services[sla.service] = self._service(sla.service, service, s, e, policy.colocation.idle_window_s)
         return batch
 
-    def _occupancy(self, s: int, e: int) -> list[OccupancySeries]:
+    def _occupancy(self, s: int, e: int, fb_peak: dict) -> list[OccupancySeries]:
         w = self.sim.workload
         per = 60 // self.sim.scrape_interval_s  # samples in every minute
         out: list[OccupancySeries] = []
@@ -70,11 +71,15 @@ class SimulatorSource:
             base = dict(host=unit.node.name, uuid=unit.gpu.uuid, gpu=str(unit.gpu.index), model=unit.node.model.name,
                         gpu_instance=unit.gpu_instance, mig_profile=unit.profile)
             series: dict[object, list[OccupancySeries]] = {}
+            peaks = fb_peak.setdefault((unit.node.name, unit.gpu.uuid, unit.gpu_instance), {})
             for day in range(s // 60 // SLOTS, (e // 60 - 1) // SLOTS + 1):
                 origin = day * SLOTS * 60
                 lo, hi = max(s // 60 - day * SLOTS, 0), min(e // 60 - day * SLOTS, SLOTS)
                 for a, b, pods in _runs(w.segments(day)[unit.index], lo, hi):
                     ends = range(origin + a * 60 + 60, origin + b * 60 + 60, 60)
+                    used = fb_used_mib(unit, pods)
+                    for hour_end in range(origin + (a // 60 + 1) * HOUR_S, origin + ((b - 1) // 60 + 1) * HOUR_S + 1, HOUR_S):
+                        peaks[hour_end] = max(peaks.get(hour_end, 0), used)
                     for pod in pods or (None,):
                         found = series.get(pod)
                         if found is None:

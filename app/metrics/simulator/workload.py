@@ -189,6 +189,14 @@ class Workload:
         self.unit_slots = lru_cache(maxsize=4096)(self._unit_slots)
         self.service_day = lru_cache(maxsize=128)(self._service_day)
         self.gang_jobs = lru_cache(maxsize=4096)(self._gang_jobs)
+        # unit index -> (first absolute slot, pods): a state set from outside (live views' tests), replacing the schedule.
+        self.overrides: dict[int, tuple[int, tuple]] = {}
+
+    def override(self, index: int, since_slot: int, pods: tuple) -> None:
+        """From slot `since_slot` on, unit `index` is held by `pods` (none: free) instead of its schedule."""
+        self.overrides[index] = (since_slot, pods)
+        for cached in (self.segments, self.occupancy, self.unit_slots):
+            cached.cache_clear()
 
     # ---- schedules ----
 
@@ -226,6 +234,10 @@ class Workload:
                 out.append(_runs(slots))
             else:
                 out.append([])
+        for index, (since, pods) in self.overrides.items():
+            cut = min(max(since - day * SLOTS, 0), SLOTS)
+            runs = [(a, min(b, cut), p) for a, b, p in out[index] if a < cut]
+            out[index] = runs + ([(cut, SLOTS, pods)] if pods and cut < SLOTS else [])
         return out
 
     def _occupancy(self, day: int) -> list[list[tuple]]:

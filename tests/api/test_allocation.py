@@ -1,0 +1,90 @@
+"""GET /api/v1/allocation, the /allocation page and its CSV, through the real app on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import UTC, datetime
+
+import pytest
+
+from app.core.db import unit_of_work
+from tests.support.billing import add_hour, add_namespaces, store_policy
+from tests.support.routes import VIEWER, VISION_MEMBER, problem
+
+OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
+SCRATCH = [("search", "inference", False, "search-prod", 1800), ("vision", "training", False, "vision-train", 2520),
+           ("vision", "training", True, "vision-train", 1800), ("etl", "preprocessing", False, "data-prep", 360),
+           ("unallocated", "unallocated", False, "scratch", 720)]
+USAGE = [(t, k, d, s) for t, k, d, _, s in SCRATCH]
+
+
+@pytest.fixture
+def october(fresh_engine, api):
+    """One hour of October on 3 GPUs (idle capacity), with unallocated use in namespace `scratch`, rated."""
+    with unit_of_work(fresh_engine) as s:
+        v = store_policy(s)
+        add_hour(s, hour=OCT1, version=v.id, usage=USAGE, gpus=3)
+        add_namespaces(s, hour=OCT1, parts=SCRATCH)
+    assert api.post("/api/v1/periods/2026-10/rate").status_code == 200
+
+
+def test_api_rows_and_totals(api, october):
+    body = api.get("/api/v1/allocation", params={"window": "2026-10", "aggregate": "tenant"}).json()
+    assert body["window"] == "2026-10-01,2026-10-31" and body["currency"] == "USD" and body["estimated"] is False
+    assert body["months"] == [{"month": "2026-10", "source": "invoice", "status": "rated"}]
+    rows = [(r["kind"], r["name"], r["cost"]) for r in body["rows"]]
+    # allocated by cost, then unallocated, idle per pool, the platform balance
+    assert [k for k, _, _ in rows] == ["allocated", "allocated", "allocated", "unallocated", "idle", "adjustment"]
+    assert rows[:3] == [("allocated", "vision", "1.30"), ("allocated", "search", "1.17"), ("allocated", "etl", "0.13")]
+    assert body["total"]["cost"] == "3.90"  # C of 3 A100s for one hour at 1.30
+    assert body["total"]["gpu_hours"] == "3.000000"  # capacity: used + idle
+    vision = body["rows"][0]
+    assert (vision["busy_gpu_hours"], vision["dark_gpu_hours"], vision["gpu_hours"]) == ("0.700000", "0.500000", "1.200000")
+    assert vision["efficiency"] == 0.5 and vision["tenant"] is None
+
+
+def test_api_by_namespace_names_the_unallocated_namespace(api, october):
+    body = api.get("/api/v1/allocation", params={"window": "2026-10", "aggregate": "namespace"}).json()
+    unallocated = [(r["name"], r["tenant"], r["gpu_hours"]) for r in body["rows"] if r["kind"] == "unallocated"]
+    assert unallocated == [("scratch", "unallocated", "0.200000")]
+
+
+def test_api_tenant_member_sees_only_its_rows(api, october):
+    api.as_(VISION_MEMBER)
+    for aggregate in ("tenant", "department", "pool", "class", "namespace"):
+        body = api.get("/api/v1/allocation", params={"window": "2026-10", "aggregate": aggregate}).json()
+        assert {r["kind"] for r in body["rows"]} == {"allocated"}, aggregate
+        assert body["total"]["cost"] == "1.30" and body["total"]["gpu_hours"] == "1.200000", aggregate
+    body = api.get("/api/v1/allocation", params={"window": "2026-10", "tenant": "search"}).json()
+    assert body["rows"] == [] and body["total"]["cost"] == "0"
+
+
+@pytest.mark.parametrize(("params", "path"), [
+    ({"window": "2026-13"}, "query.window"),
+    ({"window": "2026-10-09,2026-10-01"}, "query.window"),
+    ({"aggregate": "cluster"}, "query.aggregate"),
+])
+def test_api_bad_parameters_are_problems_naming_the_parameter(api, params, path):
+    body = problem(api.get("/api/v1/allocation", params=params), 422)
+    assert [e["path"] for e in body["errors"]] == [path]
+
+
+def test_page_and_csv_agree(api, october):
+    api.as_(VIEWER)
+    query = {"start": "2026-10-01", "end": "2026-10-31", "aggregate": "pool"}
+    page = api.get("/allocation", params=query)
+    assert page.status_code == 200 and "Download CSV" in page.text and "idle · mixed-a100" in page.text
+    response = api.get("/allocation.csv", params=query)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/csv")
+    assert 'filename="allocation-pool-2026-10-01-2026-10-31.csv"' in response.headers["content-disposition"]
+    rows = list(csv.DictReader(io.StringIO(response.text)))
+    body = api.get("/api/v1/allocation", params={"window": "2026-10-01,2026-10-31", "aggregate": "pool"}).json()
+    assert [(r["kind"], r["name"], r["gpu_hours"], r["cost"]) for r in rows] == \
+        [(r["kind"], r["name"], r["gpu_hours"], r["cost"]) for r in [*body["rows"], body["total"]]]
+
+
+def test_page_bad_dates_are_a_readable_error(api):
+    api.as_(VIEWER)
+    response = api.get("/allocation", params={"start": "2026-10-09", "end": "2026-10-01"})
+    assert response.status_code == 422 and "start" in response.text

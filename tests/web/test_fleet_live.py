@@ -1,0 +1,95 @@
+"""The live fleet view and the per-unit fleet heatmap on both backends: the embedded simulator as the live
+source, drill-down to a GPU and a MIG instance from unit_hour, stored memory peaks, staff only."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+
+from app.core.settings import get_settings
+from app.core.timeutil import floor_hour, utcnow
+from app.metrics.ingest import ingest_hours
+from app.metrics.simulator import Simulator
+from app.metrics.simulator.policy import seed_policy
+from app.policy.service import import_version
+from app.web import fleet_live
+from tests.support.routes import make_user, sign_in
+
+pytestmark = pytest.mark.anyio
+HOURS = 3
+
+
+@pytest.fixture
+def simulated(session):
+    """The simulator the embedded default reads (settings' seed and size), its policy and 3 ingested hours."""
+    settings = get_settings()
+    sim = Simulator(seed=settings.simulator_seed, gpus=settings.simulator_gpus, scrape_interval_s=30)
+    end = floor_hour(utcnow())
+    start = end - timedelta(hours=HOURS)
+    import_version(session=session, document=seed_policy(sim), actor="test", effective_from=start - timedelta(days=1))
+    report = ingest_hours(session=session, source=sim.source(), start=start, end=end, scrape_interval_s=30)
+    assert len(report.ok) == HOURS
+    session.commit()
+    fleet_live.CACHE._entries.clear()  # another test's policy version may share the key
+    day = start.astimezone(settings.tz).date()
+    last = (end - timedelta(seconds=1)).astimezone(settings.tz).date()
+    return {"sim": sim, "query": f"start={day.isoformat()}&end={last.isoformat()}", "month": last.strftime("%b")}
+
+
+async def test_live_view_shows_every_unit_with_holder_and_mig_layout(client, session, simulated):
+    sign_in(client, session, make_user(session, "vic", "viewer"))
+    page = await client.get("/fleet/live")
+    assert page.status_code == 200, page.text
+    sim = simulated["sim"]
+    assert page.text.count("<tr data-gpu=") == len(sim.topology.units)
+    mig = next(g for g in sim.topology.gpus if g.mig)
+    # A MIG instance by its profile, held by the inference tenant the schedule puts there, with no drift.
+    row = re.search(rf'<tr data-gpu="{mig.index}" data-instance="1" data-uuid="{mig.uuid}".*?</tr>', page.text, re.S)
+    assert row and "3g.40gb" in row.group(0) and "<strong>search</strong>" in row.group(0)
+    assert "MIG layout running" in page.text and "matches" in page.text and "drift" not in page.text
+    assert 'data-service="search-chat"' in page.text and 'data-pool="mixed-a100"' in page.text
+    assert 'hx-trigger="every 15s"' in page.text
+    # The refresh asks for the live block only.
+    part = await client.get("/fleet/live", headers={"HX-Request": "true", "HX-Target": "live"})
+    assert part.status_code == 200 and part.text.lstrip().startswith('<div id="live"') and "<h1>" not in part.text
+
+
+async def test_live_view_is_staff_only(client, session, simulated):
+    sign_in(client, session, make_user(session, "tm", "tenant", tenants=["search"]))
+    assert (await client.get("/fleet/live")).status_code == 403
+
+
+async def test_heatmap_goes_down_to_a_gpu_and_its_mig_instances(client, session, simulated):
+    sign_in(client, session, make_user(session, "vic", "viewer"))
+    sim, query = simulated["sim"], simulated["query"]
+    fleet = await client.get(f"/fleet?{query}")
+    assert fleet.status_code == 200 and "/fleet?" in fleet.text and "pool=mixed-a100" in fleet.text
+    # Continuous scale: cells carry their own colour and a text colour picked for contrast.
+    assert re.search(r'style="background:#[0-9a-f]{6};color:#(000000|ffffff)"', fleet.text)
+    assert "linear-gradient" in fleet.text
+    assert re.search(rf'<span class="heat-month">(\d\d )?{simulated["month"]}</span>', fleet.text)  # headers carry the month
+    pool = await client.get(f"/fleet?{query}&pool=mixed-a100")
+    assert pool.status_code == 200
+    mig = next(g for g in sim.topology.gpus if g.mig)
+    gpus = sum(len(n.gpus) for n in sim.topology.nodes if n.pool == "mixed-a100")
+    assert pool.text.count('<div class="heat-row">') == gpus
+    assert f"gpu={mig.uuid}" in pool.text and "search" in pool.text
+    gpu = await client.get(f"/fleet?{query}&pool=mixed-a100&gpu={mig.uuid}")
+    assert gpu.status_code == 200
+    assert gpu.text.count('<div class="heat-row">') == len(mig.units)
+    assert "GI 1 · 3g.40gb" in gpu.text and "GI 2 · 3g.40gb" in gpu.text
+    # An inference instance is held the whole time: 100 % every hour.
+    assert gpu.text.count(": 100.0%") >= HOURS
+    unknown = await client.get(f"/fleet?{query}&pool=no-such-pool")
+    assert unknown.status_code == 200 and "No unit-hours ingested" in unknown.text
+
+
+async def test_memory_headroom_is_measured_from_stored_peaks(client, session, simulated):
+    sign_in(client, session, make_user(session, "vic", "viewer"))
+    page = await client.get(f"/fleet?{simulated['query']}")
+    table = page.text[page.text.index('id="mem-title"'):]
+    assert "no measurement" not in table
+    # search's replicas hold 78 % of their 40,960 MiB instances: 8 on the MIG node at once.
+    assert f"{8 * (40960 * 78 // 100):,}" in table
