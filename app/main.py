@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from app.api import allocation as api_allocation
@@ -28,7 +28,10 @@ from app.web import policy as web_policy
 from app.web import review as web_review
 from app.web import sla as web_sla
 from app.web import tenants as web_tenants
-from app.web.navigation import navigation_context
+from app.web.navigation import navigation_context, page_session
+
+# Pages lend their session to the navigation (the review badge) while they render.
+PAGES = [Depends(page_session, scope="function")]
 
 DESCRIPTION = """Chargeback for a shared GPU cluster: usage, invoices and exports for finance integrations.
 
@@ -64,19 +67,19 @@ def create_app() -> FastAPI:
     app.include_router(api_review.router, prefix="/api/v1")
     app.include_router(api_directory.router, prefix="/api/v1")
     app.include_router(auth_routes.api, prefix="/api/v1")
-    app.include_router(auth_routes.web)
-    app.include_router(web_overview.router)
-    app.include_router(web_policy.router)
-    app.include_router(web_review.router)
-    app.include_router(web_billing.report_router)  # before web_billing.router: see there
-    app.include_router(web_billing.router)
-    app.include_router(web_tenants.router)
-    app.include_router(web_allocation.router)
-    app.include_router(web_fleet.router)
-    app.include_router(web_fleet_live.router)
-    app.include_router(web_sla.router)
-    app.include_router(web_overview_panels.router)
-    app.include_router(web_doctor.router)
+    app.include_router(auth_routes.web, dependencies=PAGES)
+    app.include_router(web_overview.router, dependencies=PAGES)
+    app.include_router(web_policy.router, dependencies=PAGES)
+    app.include_router(web_review.router, dependencies=PAGES)
+    app.include_router(web_billing.report_router, dependencies=PAGES)  # before web_billing.router: see there
+    app.include_router(web_billing.router, dependencies=PAGES)
+    app.include_router(web_tenants.router, dependencies=PAGES)
+    app.include_router(web_allocation.router, dependencies=PAGES)
+    app.include_router(web_fleet.router, dependencies=PAGES)
+    app.include_router(web_fleet_live.router, dependencies=PAGES)
+    app.include_router(web_sla.router, dependencies=PAGES)
+    app.include_router(web_overview_panels.router, dependencies=PAGES)
+    app.include_router(web_doctor.router, dependencies=PAGES)
     return app
 
 

@@ -28,6 +28,7 @@
         var colour = d.color || PALETTE[i % PALETTE.length];
         d.backgroundColor = d.backgroundColor || colour;
         d.borderColor = d.borderColor || colour;
+        d.spanGaps = false;  // null = no data: a gap, never drawn as zero
       });
       if (type === "bar" && axis === "y") {
         // One row per label: tall enough to read every tenant name, on a phone too.
@@ -52,6 +53,7 @@
               callbacks: {
                 label: function (ctx) {
                   var v = ctx.parsed[axis === "y" ? "x" : "y"];
+                  if (v === null || v === undefined || isNaN(v)) return ctx.dataset.label + ": no data";
                   return ctx.dataset.label + ": " + v.toLocaleString(undefined, { maximumFractionDigits: 1 }) + " " + unit;
                 }
               }

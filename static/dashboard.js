@@ -2,6 +2,7 @@
  * <canvas data-dash-chart="ID" data-kind="..."> draws the JSON of <script type="application/json" id="ID">
  * ({labels, datasets:[{label, data, color?, ...Chart.js dataset options}]}).
  * Kinds: "stacked-bars" (default), "bars" (stacked per label), "stacked-area", "line".
+ * A null value is a day (or minute) with no data: drawn as a gap (spanGaps false), never as zero.
  * Time axes skip labels that would overlap (app.js keeps every label: it draws one row per tenant).
  * Also scrolls .heatmap-scroll regions to their newest (right-most) column.
  */
@@ -30,6 +31,7 @@
           callbacks: {
             label: function (ctx) {
               var v = ctx.parsed.y;
+              if (v === null || v === undefined || isNaN(v)) return ctx.dataset.label + ": no data";
               return ctx.dataset.label + ": " + v.toLocaleString(undefined, { maximumFractionDigits: 1 }) + " " + unit;
             }
           }
@@ -46,6 +48,7 @@
     var unit = canvas.dataset.unit || "GPU-hours";
     data.datasets.forEach(function (d, i) {
       var colour = d.color || PALETTE[i % PALETTE.length];
+      d.spanGaps = false;  // a missing day stays a gap; lines never bridge it
       d.borderColor = d.borderColor || colour;
       d.backgroundColor = d.backgroundColor || (kind === "stacked-area" ? colour + "99" : colour);
       if (kind === "stacked-area") {

@@ -14,16 +14,18 @@ from fastapi import APIRouter, Body, Query, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from app.api.schemas.billing import Correction, Invoice, InvoiceList, PeriodSummary, Statement
+from app.api.schemas.billing import Correction, Invoice, InvoiceList, PeriodChecklist, PeriodSummary, Statement
 from app.api.schemas.report import Report
 from app.auth.deps import CurrentUser, Finance, IdempotencyDep, Staff
 from app.billing import exports, issued, periods
+from app.billing.checklist import checklist_payload
 from app.billing.invoices import load_view, platform_statement, tenant_invoice
-from app.billing.period import rated_period
+from app.billing.period import parse_period, rated_period, require_started
 from app.billing.report import read_report
 from app.billing.totals import department_rollup, tenant_totals
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
+from app.core.timeutil import utcnow
 from app.http.pagination import CursorQuery, decode_cursor, encode_cursor
 from app.http.responses import conditional, download, json_response
 
@@ -106,6 +108,15 @@ def get_statement(period: str, session: SessionDep, _: Staff) -> dict:
     """The platform statement: balance lines, unallocated use, gaps, unattributed breaches, conservation."""
     row = rated_period(session=session, month=period)
     return to_json(platform_statement(load_view(session=session, period=row)))
+
+
+@router.get("/periods/{period}/checklist", response_model=PeriodChecklist)
+def get_checklist(period: str, session: SessionDep, _: Staff) -> dict:
+    """The pre-close checklist: hours ingested, unpooled GPUs, rating, unattributed breaches, corrections; each item
+    ok / needs attention / blocks close, with what to do (any started month, rated or not)."""
+    p = parse_period(period)
+    require_started(p)
+    return checklist_payload(session=session, period=p, now=utcnow())
 
 
 @router.get("/periods/{period}/export", response_class=Response,

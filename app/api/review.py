@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from app.api.policy import Body, Id, version_out
 from app.api.schemas.review import (
+    ArtifactsDiff,
     ChangeDetail,
     ChangePublic,
     CommentPublic,
@@ -27,7 +28,7 @@ from app.auth.deps import IdempotencyDep, Operator, Reviewer, Staff
 from app.core.deps import SessionDep
 from app.http.pagination import MAX_ID
 from app.http.responses import json_response
-from app.review import changes, impact, releases
+from app.review import artifacts, changes, impact, releases
 from app.review.deps import BucketsDep, PeaksDep
 from app.review.models import ChangeRequest, Release
 
@@ -166,10 +167,27 @@ def show_change(change_id: Id, session: SessionDep, _: Staff, peaks: PeaksDep, b
 @router.get("/changes/{change_id}/preview", response_model=Preview, response_model_exclude_unset=True,
             summary="Validation, diff, capacity impact and invoice impact")
 def preview_change(change_id: Id, session: SessionDep, _: Staff, peaks: PeaksDep, buckets: BucketsDep,
-                   month: Annotated[str | None, Query(description="Billing month to re-rate, YYYY-MM (default: last month)")] = None) -> dict:
+                   month: Annotated[str | None, Query(description="Billing month to re-rate and measure, YYYY-MM (default: the newest fully covered complete month)")] = None) -> dict:
     change = changes.get_change(session=session, change_id=change_id)
     return impact.preview(session=session, change=change, measured_peaks=peaks, month=month,
                                    latency_buckets=buckets)
+
+
+def _diffs(shown: dict) -> dict:
+    return {**shown, "files": [{k: f[k] for k in ("file", "status", "diff")} for f in shown["files"]]}
+
+
+@router.get("/changes/{change_id}/artifacts", response_model=ArtifactsDiff,
+            summary="The request's rendered artifacts diffed against the active version's (422 while it has errors)")
+def change_artifacts(change_id: Id, session: SessionDep, _: Staff) -> dict:
+    change = changes.get_change(session=session, change_id=change_id)
+    return _diffs(artifacts.change_artifacts_or_422(session=session, change=change))
+
+
+@router.get("/versions/{number}/artifacts/diff", response_model=ArtifactsDiff,
+            summary="A version's rendered artifacts diffed against the previous version's, file by file")
+def version_artifacts_diff(number: Id, session: SessionDep, _: Staff) -> dict:
+    return _diffs(artifacts.version_artifacts(session=session, number=number))
 
 
 @router.patch("/changes/{change_id}", response_model=ChangeDetail,

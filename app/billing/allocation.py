@@ -25,7 +25,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import date, timedelta
 from decimal import ROUND_FLOOR, Decimal
 from zoneinfo import ZoneInfo
 
@@ -42,7 +42,7 @@ from app.billing.models import (
     TenantUsageRecord,
     UnpooledUsageRecord,
 )
-from app.billing.period import get_period, month_name, next_month, periods_fingerprint
+from app.billing.period import MonthPart, get_period, month_parts, next_month, periods_fingerprint
 from app.billing.pricing import cents
 from app.billing.rating import rate_period
 from app.billing.readable import Viewer, readable_lines, readable_usage
@@ -128,29 +128,6 @@ def check_aggregate(value: str, *, path: str = "query.aggregate") -> str:
     if value not in AGGREGATES:
         raise Invalid(f"{value[:50]!r} is not an aggregate", [FieldError(path, "one of: " + ", ".join(AGGREGATES))])
     return value
-
-
-@dataclass(frozen=True)
-class MonthPart:
-    """The part of one calendar month a window covers, and how it is priced."""
-
-    month: str
-    start: datetime  # UTC, inclusive
-    end: datetime  # UTC, exclusive
-    whole: bool  # the window covers the whole month
-
-
-def month_parts(window: DateRange) -> list[MonthPart]:
-    """The window cut at month boundaries of the billing time zone."""
-    parts = []
-    year, month = window.start.year, window.start.month
-    while date(year, month, 1) <= window.end:
-        first = datetime(year, month, 1, tzinfo=window.tz).astimezone(ZoneInfo("UTC"))
-        after = datetime(*next_month(year, month), 1, tzinfo=window.tz).astimezone(ZoneInfo("UTC"))
-        start, end = max(first, window.start_utc), min(after, window.end_utc)
-        parts.append(MonthPart(month_name(year, month), start, end, start == first and end == after))
-        year, month = next_month(year, month)
-    return parts
 
 
 # --- the rows (pure) -------------------------------------------------------------------------------------

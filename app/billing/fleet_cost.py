@@ -13,11 +13,12 @@ from sqlmodel import Session
 
 from app.billing.loader import DocumentCache
 from app.billing.models import PeriodStatus, PoolCostRecord
-from app.billing.period import get_period
+from app.billing.period import get_period, month_parts
 from app.billing.pricing import PriceSheet
 from app.billing.rating import pool_costs
 from app.core.errors import NotFound
 from app.core.timeutil import SECONDS_PER_HOUR
+from app.metrics.date_ranges import DateRange
 from app.metrics.models import PoolHourModel, PoolHourRollup, UsageRollup
 from app.metrics.types import ModelEnergy
 
@@ -42,9 +43,14 @@ class FleetCost:
     currency: str = DEFAULT_CURRENCY
 
 
-def fleet_cost(*, session: Session, month: str, start: datetime, end: datetime, docs: DocumentCache) -> FleetCost:
-    """C of `month` over [start, end): what rating stored, else what rating would price (same pools, rounding)."""
-    period = get_period(session=session, month=month)
+def fleet_cost(*, session: Session, month: str, start: datetime, end: datetime, docs: DocumentCache,
+               whole_month: bool = True) -> FleetCost:
+    """C of `month` over [start, end): what rating stored, else what rating would price (same pools, rounding).
+
+    `whole_month=False` (a range that covers part of the month): always priced from the hours in it, since the
+    rated period's stored pool costs are the whole month's.
+    """
+    period = get_period(session=session, month=month) if whole_month else None
     if period is not None and period.status != PeriodStatus.OPEN:
         total = session.execute(select(func.sum(PoolCostRecord.cost)).where(PoolCostRecord.period_id == period.id)).scalar_one()
         return FleetCost(Decimal(str(total or 0)), CostSource.RATED, period.currency)
@@ -95,14 +101,31 @@ class MonthCost:
         return None if not self.capacity_hours else self.used_hours / self.capacity_hours
 
 
-def month_cost(*, session: Session, month: str, start: datetime, end: datetime, docs: DocumentCache) -> MonthCost:
-    """Fleet cost C (the one definition above) and utilisation of one month."""
+def month_cost(*, session: Session, month: str, start: datetime, end: datetime, docs: DocumentCache,
+               whole_month: bool = True) -> MonthCost:
+    """Fleet cost C (the one definition above) and utilisation of one month (or the part [start, end) of it)."""
     capacity = session.execute(
         select(func.sum(PoolHourRollup.capacity_gpu_seconds)).where(PoolHourRollup.hour >= start, PoolHourRollup.hour < end)
     ).scalar_one()
     used = session.execute(
         select(func.sum(UsageRollup.gpu_seconds)).where(UsageRollup.hour >= start, UsageRollup.hour < end)
     ).scalar_one()
-    c = fleet_cost(session=session, month=month, start=start, end=end, docs=docs)
+    c = fleet_cost(session=session, month=month, start=start, end=end, docs=docs, whole_month=whole_month)
     return MonthCost(month, c.cost, c.source, Decimal(capacity or 0) / SECONDS_PER_HOUR,
                      Decimal(used or 0) / SECONDS_PER_HOUR, c.currency)
+
+
+def range_cost(*, session: Session, window: DateRange, label: str, docs: DocumentCache) -> MonthCost:
+    """Fleet cost C and utilisation over a range of days: each whole month as rated (or priced), each part of a
+    month priced from its own hours; no figure when any part has none that can be signed (unpriced model)."""
+    parts = [month_cost(session=session, month=p.month, start=p.start, end=p.end, docs=docs, whole_month=p.whole)
+             for p in month_parts(window)]
+    capacity = sum((p.capacity_hours for p in parts), Decimal(0))
+    used = sum((p.used_hours for p in parts), Decimal(0))
+    if any(p.source == CostSource.UNPRICED for p in parts):
+        return MonthCost(label, None, CostSource.UNPRICED, capacity, used, parts[0].currency)
+    priced = [p for p in parts if p.cost is not None]
+    if not priced:
+        return MonthCost(label, None, CostSource.NONE, capacity, used)
+    source = CostSource.RATED if all(p.source == CostSource.RATED for p in priced) else CostSource.COMPUTED
+    return MonthCost(label, sum((p.cost for p in priced), Decimal(0)), source, capacity, used, priced[0].currency)

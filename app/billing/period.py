@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import func, select
 from sqlmodel import Session
@@ -16,6 +17,7 @@ from app.billing.models import BillingPeriod, PeriodStatus
 from app.core.errors import FieldError, Invalid, NotFound
 from app.core.settings import get_settings
 from app.core.timeutil import utcnow
+from app.metrics.date_ranges import DateRange
 
 _PERIOD = re.compile(r"^(\d{4})-(\d{2})$")
 
@@ -79,3 +81,26 @@ def rated_period(*, session: Session, month: str) -> BillingPeriod:
     if row is None or row.status == PeriodStatus.OPEN:
         raise NotFound(f"Billing period {p.month} has not been rated yet")
     return row
+
+
+@dataclass(frozen=True)
+class MonthPart:
+    """The part of one calendar month a window covers, and how it is priced."""
+
+    month: str
+    start: datetime  # UTC, inclusive
+    end: datetime  # UTC, exclusive
+    whole: bool  # the window covers the whole month
+
+
+def month_parts(window: DateRange) -> list[MonthPart]:
+    """The window cut at month boundaries of the billing time zone."""
+    parts = []
+    year, month = window.start.year, window.start.month
+    while date(year, month, 1) <= window.end:
+        first = datetime(year, month, 1, tzinfo=window.tz).astimezone(ZoneInfo("UTC"))
+        after = datetime(*next_month(year, month), 1, tzinfo=window.tz).astimezone(ZoneInfo("UTC"))
+        start, end = max(first, window.start_utc), min(after, window.end_utc)
+        parts.append(MonthPart(month_name(year, month), start, end, start == first and end == after))
+        year, month = next_month(year, month)
+    return parts

@@ -167,15 +167,34 @@ def gpu_hours_by_tenant_class(
 
 @dataclass(frozen=True)
 class Coverage:
-    """How much of a range the rollups cover: ingested hours, gap hours, hours not yet tried."""
+    """How much of a range the rollups cover: ingested hours, gap hours, hours not yet tried.
+
+    `hours` counts the range's finished hours (an hour is ingested after it ends); `expected` every hour of
+    the range, finished or not (a month's 744), so "2 of 744 hours" reads the same on every page.
+    """
 
     hours: int
     ok: int
     gaps: int
+    expected: int | None = None
 
     @property
     def missing(self) -> int:
         return max(0, self.hours - self.ok - self.gaps)
+
+    @property
+    def total(self) -> int:
+        return self.hours if self.expected is None else self.expected
+
+    @property
+    def partial(self) -> bool:
+        """Fewer hours ingested than the range holds: its figures are not the whole range's."""
+        return self.ok < self.total
+
+    @property
+    def in_progress(self) -> bool:
+        """The range has not ended yet (hours still to come, not missing)."""
+        return self.hours < self.total
 
 
 def _statuses(session: Session, start: datetime, end: datetime) -> dict[str, int]:
@@ -187,12 +206,30 @@ def _statuses(session: Session, start: datetime, end: datetime) -> dict[str, int
     ).all()}
 
 
+def hours_coverage(*, session: Session, start: datetime, end: datetime, now: datetime) -> Coverage:
+    """Ingestion coverage of the UTC hours [start, end): every hour expected, those finished by `now` due."""
+    start, end = aware(start), aware(end)
+    expected = max(0, int((end - start).total_seconds() // SECONDS_PER_HOUR))
+    done_until = min(end, floor_hour(now))
+    hours_done = max(0, int((done_until - start).total_seconds() // SECONDS_PER_HOUR))
+    counts = _statuses(session, start, end)
+    return Coverage(hours=hours_done, ok=counts.get(IngestStatus.OK, 0), gaps=counts.get(IngestStatus.GAP, 0),
+                    expected=expected)
+
+
 def coverage(*, session: Session, period: DateRange, now: datetime) -> Coverage:
     """Ingestion coverage of `period` up to `now` (future hours are not counted as missing)."""
-    end = min(period.end_utc, now.replace(minute=0, second=0, microsecond=0))
-    hours_done = max(0, int((end - period.start_utc).total_seconds() // SECONDS_PER_HOUR))
-    counts = _statuses(session, period.start_utc, period.end_utc)
-    return Coverage(hours=hours_done, ok=counts.get(IngestStatus.OK, 0), gaps=counts.get(IngestStatus.GAP, 0))
+    return hours_coverage(session=session, start=period.start_utc, end=period.end_utc, now=now)
+
+
+def ingested_days(*, session: Session, period: DateRange) -> set[date]:
+    """Days of the range with at least one ingested hour: the others have no figures (charts draw a gap, not 0)."""
+    day_of = DayOf(period.tz)
+    rows = session.execute(
+        select(IngestHour.hour).where(IngestHour.hour >= period.start_utc, IngestHour.hour < period.end_utc,
+                                      IngestHour.status == IngestStatus.OK)
+    ).scalars()
+    return {day_of(hour) for hour in rows}
 
 
 # --- usage over time -------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import case, update
+from sqlalchemy import case, func, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
@@ -60,6 +60,24 @@ def list_changes(*, session: Session, state: str | None = None) -> list[ChangeRe
             raise Invalid(f"unknown state {state!r}", [FieldError("state", f"one of {', '.join(tuple(ChangeState))}")])
         stmt = stmt.where(ChangeRequest.state == state)
     return list(session.exec(stmt))
+
+
+def _awaiting(reviewer: str):
+    """Submitted requests someone else wrote on which `reviewer` has not decided yet."""
+    decided = select(ChangeApproval.change_id).where(ChangeApproval.reviewer == reviewer)
+    return (ChangeRequest.state == ChangeState.SUBMITTED, ChangeRequest.author != reviewer,
+            ChangeRequest.id.not_in(decided))
+
+
+def awaiting_review(*, session: Session, reviewer: str) -> list[ChangeRequest]:
+    """The requests `reviewer` may review now, oldest submission first (the reviewer's queue)."""
+    stmt = select(ChangeRequest).where(*_awaiting(reviewer)).order_by(ChangeRequest.submitted_at, ChangeRequest.id)
+    return list(session.exec(stmt))
+
+
+def awaiting_review_count(*, session: Session, reviewer: str) -> int:
+    """How many requests wait for `reviewer` (the navigation's badge)."""
+    return session.exec(select(func.count()).select_from(ChangeRequest).where(*_awaiting(reviewer))).one()
 
 
 def comments(*, session: Session, change_id: int) -> list[ChangeComment]:
@@ -280,12 +298,17 @@ def submit(*, session: Session, change_id: int, actor: str, measured_peaks: Mapp
     return change
 
 
-def _decide(session: Session, change: ChangeRequest, actor: str, decision: str, comment: str) -> None:
+def check_decidable(change: ChangeRequest, actor: str, decision: str) -> None:
+    """403 for the author, 409 unless submitted: asked before the confirm step, and again when deciding."""
     if actor == change.author:
         # Four eyes: whatever the author's roles (admin included), someone else must review.
         raise forbidden(f"{actor} wrote change request {change.id}: another reviewer must {decision} it")
     if change.state != ChangeState.SUBMITTED:
         raise Conflict(f"change request {change.id} is {change.state}: only a submitted request can be reviewed")
+
+
+def _decide(session: Session, change: ChangeRequest, actor: str, decision: str, comment: str) -> None:
+    check_decidable(change, actor, decision)
     taken = session.exec(
         select(ChangeApproval).where(ChangeApproval.change_id == change.id, ChangeApproval.reviewer == actor)
     ).first()
@@ -338,18 +361,27 @@ def reject(*, session: Session, change_id: int, actor: str, comment: str = "") -
     return change
 
 
-def withdraw(*, session: Session, change_id: int, actor: str) -> ChangeRequest:
-    """The author takes back a request that has not been applied or attached to a release."""
+WITHDRAWABLE = (ChangeState.DRAFT, ChangeState.SUBMITTED, ChangeState.APPROVED)
+
+
+def check_withdrawable(*, session: Session, change: ChangeRequest, actor: str) -> None:
+    """403 unless the author, 409 when attached to a release or past withdrawing (asked before the confirm step)."""
     from app.review.models import ReleaseChange
 
-    change = get_change(session=session, change_id=change_id)
     if actor != change.author:
-        raise forbidden(f"only the author ({change.author}) may withdraw change request {change_id}")
+        raise forbidden(f"only the author ({change.author}) may withdraw change request {change.id}")
     if session.exec(select(ReleaseChange).where(ReleaseChange.change_id == change.id)).first() is not None:
         raise Conflict(f"change request {change.id} is attached to a release: detach it first")
+    if change.state not in WITHDRAWABLE:
+        raise Conflict(f"change request {change.id} is {change.state}: it cannot be withdrawn")
+
+
+def withdraw(*, session: Session, change_id: int, actor: str) -> ChangeRequest:
+    """The author takes back a request that has not been applied or attached to a release."""
+    change = get_change(session=session, change_id=change_id)
+    check_withdrawable(session=session, change=change, actor=actor)
     before = snapshot(change)
-    _transition(session, change, allowed=(ChangeState.DRAFT, ChangeState.SUBMITTED, ChangeState.APPROVED),
-                verb="withdrawn", state=ChangeState.WITHDRAWN)
+    _transition(session, change, allowed=WITHDRAWABLE, verb="withdrawn", state=ChangeState.WITHDRAWN)
     record(session=session, actor=actor, action="change.withdraw", entity=ENTITY, entity_id=str(change.id),
            before=before, after=snapshot(change))
     return change

@@ -1,10 +1,10 @@
 """Releases and the release gate (SPEC section 7, seed 004): policy first, then deploy; rollback.
 
 `apply_release` turns the approved requests attached to a release into one new active version and
-stores its rendered artifacts; only an applied release may be marked deployed. Two operators pressing
-"apply" at once: a conditional UPDATE on the release state lets exactly one through, and on
-PostgreSQL an advisory lock serialises every writer of policy versions so that two different releases
-cannot both build on the same current version.
+stores its rendered artifacts; only an applied release whose version is in effect may be marked
+deployed (`deploy_blocker`). Two operators pressing "apply" at once: a conditional UPDATE on the
+release state lets exactly one through, and on PostgreSQL an advisory lock serialises every writer
+of policy versions so that two different releases cannot both build on the same current version.
 """
 
 from __future__ import annotations
@@ -314,17 +314,52 @@ def _apply(session: Session, release_id: int, actor: str, effective_from: dateti
     return version
 
 
+def deploy_blocker(release: Release, *, now: datetime) -> str | None:
+    """Why the release cannot be marked deployed at `now`, or None when it can (pure: the page and the service agree).
+
+    Its policy must be applied (a version) and in effect: a deployment that runs before the version's
+    effective_from would run against quotas, priorities and alert rules that do not apply yet.
+    """
+    if release.state == ReleaseState.PLANNED:
+        return f"release {release.id} cannot be deployed before its policy is applied (apply policy first)"
+    if release.state != ReleaseState.APPLIED:
+        return f"release {release.id} is {release.state}: only an applied release can be marked deployed"
+    if release.effective_from is not None and aware(release.effective_from) > now:
+        return (f"version {release.applied_version_id} takes effect at {aware(release.effective_from).isoformat()}: "
+                "mark the release deployed once it is in effect")
+    return None
+
+
 def deploy_release(*, session: Session, release_id: int, actor: str) -> Release:
-    """Mark a release deployed; refused (409) until its policy has been applied."""
+    """Mark a release deployed; refused (409) until its policy has been applied and is in effect."""
     release = get_release(session=session, release_id=release_id)
     before = snapshot(release)
-    if release.state == ReleaseState.PLANNED:
-        raise Conflict(f"release {release.id} cannot be deployed before its policy is applied (apply policy first)")
+    blocker = deploy_blocker(release, now=utcnow())
+    if blocker is not None:
+        raise Conflict(blocker)
     _transition(session, release, allowed=(ReleaseState.APPLIED,), verb="deployed",
                 state=ReleaseState.DEPLOYED, deployed_by=actor, deployed_at=utcnow())
     record(session=session, actor=actor, action="release.deploy", entity=ENTITY, entity_id=str(release.id),
            before=before, after=snapshot(release))
     return release
+
+
+def _latest_or_conflict(session: Session, release: Release) -> PolicyVersion:
+    """The latest version, which must be the release's own: a rollback never skips a later version (409)."""
+    latest = latest_version(session=session)
+    if latest is None or latest.id != release.applied_version_id:
+        raise Conflict(
+            f"version {latest.id if latest else None} came after release {release.id}'s version "
+            f"{release.applied_version_id}: roll that back first"
+        )
+    return latest
+
+
+def check_rollbackable(*, session: Session, release: Release) -> None:
+    """409 unless the release is applied or deployed and its version is the latest (asked before the confirm step)."""
+    if release.state not in (ReleaseState.APPLIED, ReleaseState.DEPLOYED):
+        raise Conflict(f"release {release.id} is {release.state}: it cannot be rolled back")
+    _latest_or_conflict(session, release)
 
 
 def rollback_release(
@@ -341,12 +376,7 @@ def _rollback(session: Session, release_id: int, actor: str, effective_from: dat
     before = snapshot(release)
     _transition(session, release, allowed=(ReleaseState.APPLIED, ReleaseState.DEPLOYED), verb="rolled back",
                 state=ReleaseState.ROLLED_BACK)
-    latest = latest_version(session=session)
-    if latest is None or latest.id != release.applied_version_id:
-        raise Conflict(
-            f"version {latest.id if latest else None} came after release {release.id}'s version "
-            f"{release.applied_version_id}: roll that back first"
-        )
+    latest = _latest_or_conflict(session, release)
     previous = get_version(session=session, number=release.previous_version_id)
     # Never earlier than the version it replaces (versions cannot be backdated).
     effective = max(_not_in_the_past(effective_from or utcnow()), aware(latest.effective_from))

@@ -1,6 +1,8 @@
 """Plain billing pages: periods, one period's invoices and downloads, one tenant's invoice.
 
-They call the same services as the JSON API; finance can rate and close from the period page.
+They call the same services as the JSON API; finance rates and closes from the period page: a checklist says
+what blocks the close and what to do, the close form asks only for the acceptances it needs, and Finalize
+goes through a confirmation step (a page of its own, so it works without JavaScript).
 """
 
 from __future__ import annotations
@@ -12,19 +14,22 @@ from starlette.responses import RedirectResponse, Response
 
 from app.auth.deps import CurrentUser, Finance, Principal, Staff
 from app.billing import issued, periods
+from app.billing.checklist import period_checklist, period_coverage
 from app.billing.invoices import invoice_line, invoice_summaries, load_view, platform_statement, tenant_invoice
 from app.billing.line_days import line_days
 from app.billing.models import DocumentKind, PeriodStatus
 from app.billing.period import get_period, parse_period, rated_period, require_started
 from app.billing.report import read_report
 from app.core.deps import SessionDep
-from app.core.errors import NotFound
+from app.core.errors import AppError, NotFound
+from app.core.timeutil import utcnow
 from app.http.htmx import is_htmx
 from app.http.responses import download
 from app.http.templating import render
 from app.web.charts import chart_json
 
 router = APIRouter(include_in_schema=False)
+MAX_REASON = 2000  # as the API's CloseRequest.reason
 
 
 def _is_finance(user: Principal) -> bool:
@@ -33,32 +38,49 @@ def _is_finance(user: Principal) -> bool:
 
 @router.get("/billing")
 def billing_periods(request: Request, session: SessionDep, user: CurrentUser) -> Response:
-    return render(
-        request, "billing/periods.html",
-        {"title": "Billing", "periods": periods.list_periods(session=session, staff=user.visible_tenants() is None),
-         "can_rate": _is_finance(user)},
-    )
+    rows = periods.list_periods(session=session, staff=user.visible_tenants() is None)
+    now = utcnow()
+    for row in rows:  # "2 of 744 hours" beside a month that is not whole
+        p = parse_period(row["period"])
+        row["coverage"] = period_coverage(session=session, period=p, row=get_period(session=session, month=p.month),
+                                          now=now)
+    return render(request, "billing/periods.html", {"title": "Billing", "periods": rows, "can_rate": _is_finance(user)})
 
 
-@router.get("/billing/{period}")
-def billing_period(request: Request, period: str, session: SessionDep, user: CurrentUser) -> Response:
-    p = parse_period(period)
-    require_started(p)
+def _period_context(session, user: Principal, p, *, form: dict | None = None, errors: dict | None = None) -> dict:
+    """Everything the period page shows: status and coverage, the checklist and close form (finance), invoices, statement."""
     row = get_period(session=session, month=p.month)
+    staff = user.visible_tenants() is None
+    now = utcnow()
     context = {
         "title": f"Billing {p.month}",
         "month": p.month,
-        "period": periods.period_summary(row, staff=user.visible_tenants() is None) if row else None,
+        "period": periods.period_summary(row, staff=staff) if row else None,
+        "coverage": period_coverage(session=session, period=p, row=row, now=now),
         "can_rate": _is_finance(user),
+        "checklist": period_checklist(session=session, period=p, now=now) if _is_finance(user) else None,
+        "form": form or {"accept_gaps": False, "accept_unpooled": False, "reason": ""},
+        "errors": errors or {},
         "summary": None,
         "statement": None,
-        "staff": user.visible_tenants() is None,
+        "staff": staff,
+        "closed": False,
     }
     if row is not None and row.status != PeriodStatus.OPEN:
         view = load_view(session=session, period=rated_period(session=session, month=p.month))
         context["summary"] = invoice_summaries(view, user.visible_tenants())
-        if context["staff"]:
+        context["line_count"] = len(view.lines)
+        if staff:
             context["statement"] = platform_statement(view)
+    return context
+
+
+@router.get("/billing/{period}")
+def billing_period(request: Request, period: str, session: SessionDep, user: CurrentUser, closed: bool = False) -> Response:
+    p = parse_period(period)
+    require_started(p)
+    context = _period_context(session, user, p)
+    context["closed"] = closed and context["period"] is not None and context["period"]["status"] == PeriodStatus.FINALIZED
     return render(request, "billing/period.html", context)
 
 
@@ -95,8 +117,8 @@ def billing_invoice_pdf(request: Request, period: str, tenant: str, session: Ses
                     filename=f"invoice-{row.month}-{tenant}.pdf", headers=served.headers())
 
 
-def _back(request: Request, month: str) -> Response:
-    target = f"/billing/{month}"
+def _back(request: Request, month: str, *, closed: bool = False) -> Response:
+    target = f"/billing/{month}" + ("?closed=1" if closed else "")
     if is_htmx(request):
         return Response(status_code=200, headers={"HX-Redirect": target})
     return RedirectResponse(target, status_code=303)
@@ -117,10 +139,40 @@ def billing_close(
     accept_gaps: Annotated[bool, Form()] = False,
     accept_unpooled: Annotated[bool, Form()] = False,
     reason: Annotated[str, Form()] = "",
+    confirmed: Annotated[bool, Form()] = False,
 ) -> Response:
-    row = periods.close(session=session, period=period, actor=user.name, accept_gaps=accept_gaps,
-                         accept_unpooled=accept_unpooled, reason=reason)
-    return _back(request, row.month)
+    """Check the close against the checklist, then ask for confirmation, then finalize.
+
+    A refused close shows the period page again with the reason beside the field and the input kept.
+    """
+    p = parse_period(period)
+    require_started(p)
+    form = {"accept_gaps": accept_gaps, "accept_unpooled": accept_unpooled, "reason": reason}
+    refusal = period_checklist(session=session, period=p, now=utcnow()).refusal(**form)
+    if len(reason) > MAX_REASON:
+        refusal["reason"] = f"Keep the reason under {MAX_REASON:,} characters (it is {len(reason):,})."
+    if refusal:
+        return _refused(request, session, user, p, form, refusal)
+    if not confirmed:
+        context = _period_context(session, user, p, form=form)
+        if context["summary"] is None:  # never rated: nothing to confirm yet
+            return _refused(request, session, user, p, form, {"period": "Rate the month first, then review it."})
+        return render(request, "billing/close_confirm.html", context)
+    try:
+        row = periods.close(session=session, period=p.month, actor=user.name, accept_gaps=accept_gaps,
+                            accept_unpooled=accept_unpooled, reason=reason)
+    except AppError as exc:  # e.g. finalized meanwhile by someone else
+        session.rollback()
+        return _refused(request, session, user, p, form, {"period": exc.detail}, status=exc.status)
+    return _back(request, row.month, closed=True)
+
+
+def _refused(request: Request, session, user: Principal, p, form: dict, errors: dict, status: int | None = None) -> Response:
+    """The period page again, with why beside each field and what was typed kept."""
+    if status is None:
+        status = 409 if set(errors) - {"reason"} else 422
+    context = _period_context(session, user, p, form=form, errors=errors)
+    return render(request, "billing/period.html", context, status_code=status)
 
 
 # The monthly report. Its own router, included before `router`: `/billing/{period}/{tenant}` would

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from datetime import date, datetime, timedelta
-from datetime import time as clock
+from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Request
@@ -13,7 +13,7 @@ from sqlmodel import Session
 from starlette.responses import Response
 
 from app.auth.deps import CurrentUser, Principal
-from app.billing.fleet_cost import month_cost
+from app.billing.fleet_cost import range_cost
 from app.billing.loader import DocumentCache
 from app.billing.period import periods_fingerprint
 from app.core.deps import SessionDep
@@ -31,33 +31,58 @@ router = APIRouter(include_in_schema=False)
 # Colours by class, fixed so the same class has the same colour on every chart (Okabe-Ito).
 
 
-def _month_bounds(day: date, tz: ZoneInfo) -> tuple[str, datetime, datetime]:
-    first = day.replace(day=1)
-    nxt = (first + timedelta(days=32)).replace(day=1)
-    return (f"{first.year:04d}-{first.month:02d}", datetime.combine(first, clock(0), tz), datetime.combine(nxt, clock(0), tz))
+def range_label(window: DateRange) -> str:
+    """"2026-10" for a whole calendar month, else "2026-10-02 – 2026-10-31"."""
+    first = window.start.replace(day=1)
+    if window.start == first and window.end == (first + timedelta(days=32)).replace(day=1) - timedelta(days=1):
+        return f"{first.year:04d}-{first.month:02d}"
+    return f"{window.start.isoformat()} – {window.end.isoformat()}"
 
 
-def cost_comparison(*, session: Session, today: date, tz: ZoneInfo, now: datetime) -> dict:
-    """Fleet cost and utilisation of this month (to date) and last month."""
+def cost_comparison(*, session: Session, period: DateRange, now: datetime) -> dict:
+    """Fleet cost and utilisation of the chosen range and of as many days just before it, each with its coverage,
+    and the change in cost per ingested hour (None when the earlier days are not whole: no comparison against a
+    partial baseline)."""
     docs = DocumentCache(session)
-    month, start, _ = _month_bounds(today, tz)
-    last_month, last_start, last_end = _month_bounds(start.date() - timedelta(days=1), tz)
-    this = month_cost(session=session, month=month, start=start, end=now, docs=docs)
-    last = month_cost(session=session, month=last_month, start=last_start, end=last_end, docs=docs)
-    return {"this": this, "last": last}
+    days = (period.end - period.start).days + 1
+    before = DateRange(start=period.start - timedelta(days=days), end=period.start - timedelta(days=1), tz=period.tz)
+    this = range_cost(session=session, window=period, label=range_label(period), docs=docs)
+    last = range_cost(session=session, window=before, label=range_label(before), docs=docs)
+    this_cov = usage_read.hours_coverage(session=session, start=period.start_utc, end=period.end_utc, now=now)
+    last_cov = usage_read.hours_coverage(session=session, start=before.start_utc, end=before.end_utc, now=now)
+    return {"this": this, "last": last, "this_coverage": this_cov, "last_coverage": last_cov, "days": days,
+            "change": hourly_cost_change(this.cost, this_cov, last.cost, last_cov)}
 
 
-def daily_chart(usage: usage_read.DailyUsage) -> str:
-    """Stacked GPU-hours per day and class, idle capacity on top (whole fleet only)."""
+def hourly_cost_change(this_cost: Decimal | None, this_cov: usage_read.Coverage, last_cost: Decimal | None,
+                       last_cov: usage_read.Coverage) -> Decimal | None:
+    """Change of the fleet's cost per ingested hour against last month, as a fraction.
+
+    None when there is nothing to compare or the baseline month is not whole (a month of 3 ingested hours is no
+    baseline: "+35800%" against it says nothing). Per hour, so a month in progress compares fairly.
+    """
+    if this_cost is None or last_cost is None or not this_cov.ok or last_cov.partial or not last_cost:
+        return None
+    return (this_cost / this_cov.ok) / (last_cost / last_cov.ok) - 1
+
+
+def daily_chart(usage: usage_read.DailyUsage, ingested: set[date]) -> str:
+    """Stacked GPU-hours per day and class, idle capacity on top (whole fleet only).
+
+    A day with no ingested hour is null (drawn as a gap), never 0: nothing is known about it.
+    """
     labels = [d.isoformat() for d in usage.days]
+
+    def values(series: dict[date, Decimal]) -> list:
+        return [series.get(d, 0) if d in ingested else None for d in usage.days]
+
     datasets = []
     for klass in usage_read.CLASSES:
         series = usage.by_class.get(klass)
         if series:
-            datasets.append({"label": klass, "data": [series.get(d, 0) for d in usage.days],
-                             "color": class_colour(klass)})
+            datasets.append({"label": klass, "data": values(series), "color": class_colour(klass)})
     if usage.idle is not None and any(usage.idle.values()):
-        datasets.append({"label": "idle", "data": [usage.idle.get(d, 0) for d in usage.days], "color": class_colour("idle")})
+        datasets.append({"label": "idle", "data": values(usage.idle), "color": class_colour("idle")})
     return chart_json({"labels": labels, "datasets": datasets})
 
 
@@ -101,10 +126,10 @@ def _aggregates(*, session: Session, user: Principal, period: DateRange, now: da
     tenants = user.visible_tenants()
     usage = usage_read.daily_usage(session=session, period=period, tenants=tenants)
     context = {
-        "daily_json": daily_chart(usage),
+        "daily_json": daily_chart(usage, usage_read.ingested_days(session=session, period=period)),
         "daily_has_data": any(usage.by_class.values()),
         "dark": usage_read.dark_share(session=session, period=period, tenants=tenants),
-        "cost": cost_comparison(session=session, today=today, tz=period.tz, now=now) if tenants is None else None,
+        "cost": cost_comparison(session=session, period=period, now=now) if tenants is None else None,
         "range_presets_overview": [
             {"label": label, "href": f"/?start={s.isoformat()}&end={e.isoformat()}",
              "current": s == period.start and e == period.end}

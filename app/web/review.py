@@ -1,5 +1,8 @@
-"""Review and release pages: a change request's evidence and decisions (approve, reject, withdraw, rebase,
-comments) and the releases board (plan, attach, apply policy, mark deployed, roll back).
+"""Review and release pages: the reviewer's queue, a change request's evidence (validation, diff, rendered
+artifacts, impact) above its decisions (approve, reject, withdraw, rebase, comments), rendered artifacts with
+diffs, and the releases board (plan, attach, apply policy, mark deployed once in effect, roll back).
+Approve, reject, withdraw and roll back ask to confirm first: the POST without confirm=yes answers with a
+confirm page (no JavaScript needed) whose button posts the same form again with confirm=yes.
 Same services and roles as the JSON API; forms post with CSRF. Editing a change request lives in app/web/policy.py.
 """
 
@@ -9,24 +12,27 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Request
+from sqlmodel import Session
 from starlette.responses import Response
 
 from app.auth.deps import Operator, Reviewer, Staff
+from app.auth.principal import Principal
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid
-from app.core.timeutil import aware
+from app.core.timeutil import aware, utcnow
 from app.http.htmx import redirect_after_post as _redirect
 from app.http.pagination import MAX_ID
 from app.http.pagination import IdPath as Id
 from app.http.templating import render
 from app.policy.service import get_version, load_document
-from app.review import changes, impact, releases
+from app.review import artifacts, changes, impact, releases
 from app.review.deps import BucketsDep, PeaksDep
-from app.review.models import ChangeState, ReleaseState
+from app.review.models import ChangeRequest, ChangeState, ReleaseState
 
 router = APIRouter(prefix="/policy", include_in_schema=False)
 
 Text = Annotated[str, Form()]
+REVIEW_ROLES = frozenset({"admin", "reviewer"})
 
 
 def _when(value: str, path: str) -> datetime | None:
@@ -49,6 +55,15 @@ def _required_when(value: str, path: str) -> datetime:
 # ---- change requests: evidence and decisions ------------------------------------------------------
 
 
+@router.get("/review")
+def awaiting_page(request: Request, session: SessionDep, user: Staff) -> Response:
+    """The reviewer's queue: submitted requests by others on which this user has not decided."""
+    may_review = bool(user.roles & REVIEW_ROLES)
+    queue = changes.awaiting_review(session=session, reviewer=user.name) if may_review else []
+    return render(request, "policy/review.html", {"title": "Awaiting my review", "changes": queue,
+                                                  "may_review": may_review})
+
+
 @router.get("/changes/{change_id}")
 def change_page(change_id: Id, request: Request, session: SessionDep, user: Staff, peaks: PeaksDep, buckets: BucketsDep,
                 month: str | None = None) -> Response:
@@ -58,33 +73,96 @@ def change_page(change_id: Id, request: Request, session: SessionDep, user: Staf
         "title": f"Change request #{change.id}",
         "change": change,
         "preview": impact.preview(session=session, change=change, measured_peaks=peaks, month=month,
-                                           latency_buckets=buckets),
+                                  latency_buckets=buckets),
+        "artifacts": artifacts.change_artifacts(session=session, change=change),
         "comments": changes.comments(session=session, change_id=change.id),
         "decisions": changes.decisions(session=session, change_id=change.id),
         "release_id": release_id,
         "user": user,
         "is_author": user.name == change.author,
-        "can_review": bool(user.roles & {"admin", "reviewer"}) and user.name != change.author,
+        "can_review": bool(user.roles & REVIEW_ROLES) and user.name != change.author,
         "field_paths": changes.common_paths(load_document(get_version(session=session, number=change.base_version_id))),
         "can_operate": bool(user.roles & {"admin", "operator"}),
     }
     return render(request, "policy/change.html", context)
 
 
-@router.post("/changes/{change_id}/approve")
-def change_approve(change_id: Id, request: Request, session: SessionDep, user: Reviewer, comment: Text = "") -> Response:
-    changes.approve(session=session, change_id=change_id, actor=user.name, comment=comment)
+@router.get("/changes/{change_id}/artifacts")
+def change_artifacts_page(change_id: Id, request: Request, session: SessionDep, user: Staff) -> Response:
+    change = changes.get_change(session=session, change_id=change_id)
+    shown = artifacts.change_artifacts_or_422(session=session, change=change)
+    return render(request, "policy/artifacts.html", {
+        "title": f"Rendered artifacts of change request #{change.id}", "shown": shown,
+        "back": (f"/policy/changes/{change.id}", f"change request #{change.id}"),
+        "new_label": f"change request #{change.id}", "old_label": f"version {shown['against']} (active)"})
+
+
+@router.get("/versions/{number}/artifacts")
+def version_artifacts_page(number: Id, request: Request, session: SessionDep, user: Staff) -> Response:
+    shown = artifacts.version_artifacts(session=session, number=number)
+    return render(request, "policy/artifacts.html", {
+        "title": f"Rendered artifacts of policy version {number}", "shown": shown,
+        "back": (f"/policy/versions/{number}", f"version {number}"), "new_label": f"version {number}",
+        "old_label": f"version {shown['against']}" if shown["against"] else None,
+        "zip": f"/api/v1/policy/versions/{number}/artifacts.zip"})
+
+
+def _confirm(request: Request, *, title: str, question: str, action: str, button: str, back: str,
+             fields: dict[str, str] | None = None, comment: str | None = None, danger: bool = True) -> Response:
+    """The confirm step of a decision (works without JavaScript): the same POST again with confirm=yes."""
+    return render(request, "policy/confirm.html", {"title": title, "question": question, "action": action,
+                                                   "button": button, "back": back, "fields": fields or {},
+                                                   "comment": comment, "danger": danger})
+
+
+def _confirmed(confirm: str) -> bool:
+    return confirm == "yes"
+
+
+def _change_question(change: ChangeRequest, verb: str) -> str:
+    return f"{verb} change request #{change.id} “{change.title}” by {change.author}?"
+
+
+# decision -> (button, what confirming means beyond the question, service, a danger button)
+_DECISIONS = {
+    "approve": ("Approve", "", changes.approve, False),
+    "reject": ("Reject", " A rejected request is final: its author starts a new one.", changes.reject, True),
+}
+
+
+def _decide(request: Request, session: Session, user: Principal, change_id: int, decision: str, comment: str, confirm: str) -> Response:
+    label, consequence, act, danger = _DECISIONS[decision]
+    if not _confirmed(confirm):
+        change = changes.get_change(session=session, change_id=change_id)
+        changes.check_decidable(change, user.name, decision)
+        return _confirm(request, title=f"{label} #{change.id}?", question=_change_question(change, label) + consequence,
+                        action=f"/policy/changes/{change.id}/{decision}", button=label, comment=comment,
+                        back=f"/policy/changes/{change.id}", danger=danger)
+    act(session=session, change_id=change_id, actor=user.name, comment=comment)
     return _redirect(request, f"/policy/changes/{change_id}")
+
+
+@router.post("/changes/{change_id}/approve")
+def change_approve(change_id: Id, request: Request, session: SessionDep, user: Reviewer, comment: Text = "",
+                   confirm: Text = "") -> Response:
+    return _decide(request, session, user, change_id, "approve", comment, confirm)
 
 
 @router.post("/changes/{change_id}/reject")
-def change_reject(change_id: Id, request: Request, session: SessionDep, user: Reviewer, comment: Text = "") -> Response:
-    changes.reject(session=session, change_id=change_id, actor=user.name, comment=comment)
-    return _redirect(request, f"/policy/changes/{change_id}")
+def change_reject(change_id: Id, request: Request, session: SessionDep, user: Reviewer, comment: Text = "",
+                  confirm: Text = "") -> Response:
+    return _decide(request, session, user, change_id, "reject", comment, confirm)
 
 
 @router.post("/changes/{change_id}/withdraw")
-def change_withdraw(change_id: Id, request: Request, session: SessionDep, user: Operator) -> Response:
+def change_withdraw(change_id: Id, request: Request, session: SessionDep, user: Operator, confirm: Text = "") -> Response:
+    if not _confirmed(confirm):
+        change = changes.get_change(session=session, change_id=change_id)
+        changes.check_withdrawable(session=session, change=change, actor=user.name)
+        return _confirm(request, title=f"Withdraw #{change.id}?", question=_change_question(change, "Withdraw")
+                        + " A withdrawn request cannot be submitted again.",
+                        action=f"/policy/changes/{change.id}/withdraw", button="Withdraw",
+                        back=f"/policy/changes/{change.id}")
     changes.withdraw(session=session, change_id=change_id, actor=user.name)
     return _redirect(request, f"/policy/changes/{change_id}")
 
@@ -114,9 +192,11 @@ def release_board(request: Request, session: SessionDep, user: Staff) -> Respons
     taken = releases.attached_change_ids(session=session)
     free = [c for c in changes.list_changes(session=session, state=ChangeState.APPROVED) if c.id not in taken]
     columns = [(state, [r for r in everything if r.state == state]) for state in tuple(ReleaseState)]
+    now = utcnow()
     context = {
         "title": "Releases",
         "columns": columns,
+        "deploy_blockers": {r.id: releases.deploy_blocker(r, now=now) for r in everything},
         "attached": {r.id: releases.attached(session=session, release_id=r.id) for r in everything},
         "free": free,
         "can_operate": bool(user.roles & {"admin", "operator"}),
@@ -160,7 +240,19 @@ def release_deploy(release_id: Id, request: Request, session: SessionDep, user: 
 
 
 @router.post("/releases/{release_id}/rollback")
-def release_rollback(release_id: Id, request: Request, session: SessionDep, user: Operator, effective_from: Text = "") -> Response:
+def release_rollback(release_id: Id, request: Request, session: SessionDep, user: Operator, effective_from: Text = "",
+                     confirm: Text = "") -> Response:
+    if not _confirmed(confirm):
+        release = releases.get_release(session=session, release_id=release_id)
+        releases.check_rollbackable(session=session, release=release)
+        _when(effective_from, "effective_from")  # a typo is reported now, not after confirming
+        return _confirm(request, title=f"Roll back {release.name}?",
+                        question=(f"Roll back release {release.name} ({release.service})? A new policy version equal to "
+                                  f"version {release.previous_version_id} takes effect "
+                                  f"{'from ' + effective_from + ' UTC' if effective_from.strip() else 'this hour'}, "
+                                  f"replacing version {release.applied_version_id}."),
+                        action=f"/policy/releases/{release.id}/rollback", button="Roll back",
+                        fields={"effective_from": effective_from}, back="/policy/releases")
     releases.rollback_release(session=session, release_id=release_id, actor=user.name,
                               effective_from=_when(effective_from, "effective_from"))
     return _redirect(request, "/policy/releases")

@@ -17,6 +17,7 @@ from app.core.settings import get_settings
 from app.http.templating import render
 from app.metrics.breaches_read import breach_minutes, services
 from app.metrics.date_ranges import days_of
+from app.metrics.usage_read import ingested_days
 from app.policy.service import active_document
 from app.web.charts import chart_json
 from app.web.date_range_picker import range_context, resolve
@@ -44,8 +45,12 @@ def sla_page(
         raise NotFound(f"No SLA service {service!r}")
     chosen = next((r for r in rows if r.service == service), None) or next((r for r in rows if r.minutes), None) \
         or (rows[0] if rows else None)
-    days = [d.isoformat() for d in days_of(rc.period)]
-    daily_chart = {"labels": days, "datasets": [{"label": r.service, "data": r.daily} for r in rows]}
+    all_days = days_of(rc.period)
+    ingested = ingested_days(session=session, period=rc.period)  # a day with no ingested hour: null (a gap), not 0
+    daily_chart = {"labels": [d.isoformat() for d in all_days],
+                   "datasets": [{"label": r.service,
+                                 "data": [v if d in ingested else None for d, v in zip(all_days, r.daily, strict=True)]}
+                                for r in rows]}
     breaches, total = ([], 0)
     p99_chart = None
     if chosen is not None:

@@ -9,12 +9,15 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from app.auth.deps import CurrentUser
+from app.billing.checklist import period_coverage
+from app.billing.period import get_period, parse_period
 from app.billing.totals import month_spend, tenant_history
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
 from app.http.htmx import htmx_target
 from app.http.templating import render
 from app.metrics.tenant_usage_read import quota_use, tenant_daily
+from app.metrics.usage_read import coverage, ingested_days
 from app.policy.service import active_document
 from app.web import tenants_table
 from app.web.charts import chart_json, sparkline
@@ -40,11 +43,15 @@ def tenant_list(
     rc = resolve(start, end)
     spend_month = tenants_table.month_of(rc.period.end)
     spend = month_spend(session=session, month=spend_month, viewer=user)
-    rows = tenants_table.tenant_rows(session=session, period=rc.period, tenants=user.visible_tenants(), spend=spend)
+    baseline = coverage(session=session, period=tenants_table.previous_range(rc.period), now=rc.now)
+    rows = tenants_table.tenant_rows(session=session, period=rc.period, tenants=user.visible_tenants(), spend=spend,
+                                     baseline=baseline)
     shown = tenants_table.sort_rows(rows, key=sort, descending=dir == "desc", needle=q)
     doc = active_document(session=session)
     context = {
         "title": "Tenants",
+        "coverage": coverage(session=session, period=rc.period, now=rc.now),
+        "baseline": baseline,
         "currency": doc.pricing.currency if doc else "",  # money on pages always carries its currency
         "rows": shown,
         "total_rows": len(rows),
@@ -80,12 +87,22 @@ def tenant_detail(
         raise NotFound(f"No tenant {tenant!r}")
     rc = resolve(start, end)
     days, busy, dark = tenant_daily(session=session, period=rc.period, tenant=tenant)
+    ingested = ingested_days(session=session, period=rc.period)
+    known = [d in ingested for d in days]  # a day with no ingested hour is a gap in the chart (null), not 0
     chart = {
         "labels": [d.isoformat() for d in days],
-        "datasets": [{"label": "busy", "data": busy, "color": "#0072B2"},
-                     {"label": "dark", "data": dark, "color": "#56B4E9"}],
+        "datasets": [{"label": "busy", "data": [v if k else None for v, k in zip(busy, known, strict=True)],
+                      "color": "#0072B2"},
+                     {"label": "dark", "data": [v if k else None for v, k in zip(dark, known, strict=True)],
+                      "color": "#56B4E9"}],
     }
     invoices = tenant_history(session=session, tenant=tenant, viewer=user)
+    # "2 of 744 hours" beside an invoice of a month that is not whole (a few months: one small read each)
+    invoice_coverage = {
+        i.month: period_coverage(session=session, period=parse_period(i.month),
+                                 row=get_period(session=session, month=i.month), now=rc.now)
+        for i in invoices
+    }
     tenant_doc = doc.tenant(tenant) if doc else None
     context = {
         "title": f"Tenant {tenant}",
@@ -99,6 +116,8 @@ def tenant_detail(
         "penalties_paid": sum((i.penalties_paid for i in invoices), tenants_table.ZERO),
         "credits_received": sum((i.credits_received for i in invoices), tenants_table.ZERO),
         "quotas": quota_use(session=session, period=rc.period, tenant=tenant, doc=doc),
+        "coverage": coverage(session=session, period=rc.period, now=rc.now),
+        "invoice_coverage": invoice_coverage,
         **range_context(request, rc),
     }
     return render(request, "tenants/detail.html", context)

@@ -13,7 +13,7 @@ from app.billing.totals import has_lines
 from app.metrics.date_ranges import DateRange, days_of
 from app.metrics.efficiency import mean_activity
 from app.metrics.tenant_usage_read import has_usage
-from app.metrics.usage_read import ZERO, daily_gpu_hours_by_tenant, usage_cells
+from app.metrics.usage_read import ZERO, Coverage, daily_gpu_hours_by_tenant, ingested_days, usage_cells
 from app.policy.document import PolicyDocument
 
 
@@ -25,12 +25,17 @@ class TenantRow:
     efficiency: float | None  # mean engine activity over occupied samples
     previous_hours: Decimal  # the same number of days just before the range
     spend: Decimal | None  # the tenant's total of the spend month; None when that month is not rated
-    daily: list[Decimal]  # GPU-hours per day of the range (sparkline)
+    daily: list[Decimal | None]  # GPU-hours per day of the range (sparkline); None: no hour of that day ingested
+    baseline_whole: bool = True  # every hour of the previous range is ingested
 
     @property
     def delta(self) -> Decimal | None:
-        """Change of GPU-hours against the previous range of equal length, as a fraction."""
-        if not self.previous_hours:
+        """Change of GPU-hours against the previous range of equal length, as a fraction.
+
+        None without a baseline: no use before, or a previous range with hours not ingested (against 3 ingested
+        hours any month looks like "+35800%").
+        """
+        if not self.previous_hours or not self.baseline_whole:
             return None
         return (self.gpu_hours - self.previous_hours) / self.previous_hours
 
@@ -45,13 +50,18 @@ def month_of(day: date) -> str:
 
 
 def tenant_rows(
-    *, session: Session, period: DateRange, tenants: frozenset[str] | None, spend: dict[str, Decimal] | None
+    *, session: Session, period: DateRange, tenants: frozenset[str] | None, spend: dict[str, Decimal] | None,
+    baseline: Coverage | None = None,
 ) -> list[TenantRow]:
-    """One row per tenant with use in the range or the range before it (unsorted)."""
+    """One row per tenant with use in the range or the range before it (unsorted).
+
+    `baseline`: the previous range's coverage; when it is partial no row has a change figure.
+    """
     if tenants is not None and not tenants:
         return []
     before = previous_range(period)
-    days = len(days_of(period))
+    all_days = days_of(period)
+    days = len(all_days)
     acc: dict[str, dict] = defaultdict(lambda: {"hours": ZERO, "dark": ZERO, "prev": ZERO, "act": 0.0, "n": 0,
                                                 "daily": [ZERO] * days})
     # GPU-hours as the invoice states them (usage_read.usage_cells); the sparkline's days are exact.
@@ -65,9 +75,13 @@ def tenant_rows(
         acc[cell.tenant]["prev"] += cell.gpu_hours
     for tenant, daily in daily_gpu_hours_by_tenant(session=session, period=period, tenants=tenants).items():
         acc[tenant]["daily"] = daily
+    ingested = ingested_days(session=session, period=period)
+    whole = baseline is None or not baseline.partial
     return [
         TenantRow(tenant=t, gpu_hours=a["hours"], dark_hours=a["dark"], efficiency=mean_activity(a["act"], a["n"]),
-                  previous_hours=a["prev"], spend=None if spend is None else spend.get(t, ZERO), daily=a["daily"])
+                  previous_hours=a["prev"], spend=None if spend is None else spend.get(t, ZERO),
+                  daily=[v if d in ingested else None for d, v in zip(all_days, a["daily"], strict=True)],
+                  baseline_whole=whole)
         for t, a in acc.items()
     ]
 

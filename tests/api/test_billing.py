@@ -102,6 +102,38 @@ def test_close_conflicts_and_accepting_gaps(api, rated):
     problem(api.post("/api/v1/periods/2026-10/close", json={"accept_gaps": "maybe"}), 422)
 
 
+def test_checklist_says_what_blocks_the_close_and_what_to_do(api, fresh_engine):
+    with unit_of_work(fresh_engine) as s:
+        v = store_policy(s)
+        fill_month(s, "2026-10", v.id, skip={10, 11}, gap={12})
+    before = api.get("/api/v1/periods/2026-10/checklist")
+    assert before.status_code == 200, before.text
+    body = before.json()
+    assert (body["period"], body["status"], body["hours_expected"], body["hours_ok"]) == ("2026-10", "open", 744, 741)
+    assert body["ready"] is False and body["needs"] == ["accept_gaps"]
+    items = {i["key"]: i for i in body["items"]}
+    assert list(items) == ["coverage", "unpooled", "rating", "unattributed", "corrections"]
+    assert items["coverage"]["status"] == "blocks close" and items["coverage"]["accept"] == "accept_gaps"
+    assert "2 hours never ingested" in items["coverage"]["detail"] and "1 hour Prometheus" in items["coverage"]["detail"]
+    assert "Accept the missing hours" in items["coverage"]["action"] and "--" not in items["coverage"]["action"]
+    assert items["rating"]["status"] == "needs attention" and items["unpooled"]["status"] == "ok"
+
+    api.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True, "reason": "outage"})
+    closed = api.get("/api/v1/periods/2026-10/checklist").json()
+    assert closed["status"] == "finalized" and closed["ready"] is True and closed["needs"] == []
+    assert "outage" in closed["items"][0]["action"]
+
+    api.as_(VIEWER)
+    assert api.get("/api/v1/periods/2026-10/checklist").status_code == 200
+    api.as_(VISION_MEMBER)  # fleet-wide facts (unpooled GPUs, breaches nobody pays): staff only, like the statement
+    problem(api.get("/api/v1/periods/2026-10/checklist"), 403)
+
+
+def test_checklist_of_bad_or_future_periods_are_problems(api):
+    assert problem(api.get("/api/v1/periods/2026-13/checklist"), 422)["errors"][0]["path"] == "period"
+    problem(api.get("/api/v1/periods/2999-01/checklist"), 404)
+
+
 def test_exports_download_and_match_stored_hashes(api, fresh_engine):
     with unit_of_work(fresh_engine) as s:
         v = store_policy(s)

@@ -134,6 +134,7 @@ def test_stateful_links_hold_for_every_role(role):
     ("/api/v1/periods/{period}/invoices", {"period": "2026-10"}, {"limit": 2}),
     ("/api/v1/periods/{period}/invoices/{tenant}", {"period": "2026-10", "tenant": "vision"}, None),
     ("/api/v1/periods/{period}/statement", {"period": "2026-10"}, None),
+    ("/api/v1/periods/{period}/checklist", {"period": "2026-10"}, None),
     ("/api/v1/periods/{period}/report", {"period": "2026-10"}, None),
     ("/api/v1/tenants/{name}", {"name": "vision"}, None),
     ("/api/v1/audit", {}, {"limit": 1}),

@@ -85,6 +85,7 @@ async def drive(client: httpx.AsyncClient, session) -> list[Answer]:
                           path={"period": "2026-10", "tenant": "vision"})).json()
     await call("fay", "GET", "/periods/{period}/invoices/{tenant}", path={"period": "2026-10", "tenant": "search"})
     await call("vic", "GET", "/periods/{period}/statement", path={"period": "2026-10"})
+    await call("fay", "GET", "/periods/{period}/checklist", path={"period": "2026-10"})
     await call("vic", "GET", "/periods/{period}/report", path={"period": "2026-10"})
     for group_by in ("tenant", "pool", "class", "department"):
         await call("fay", "GET", "/usage", params={"start": "2026-10-01", "end": "2026-11-01", "group_by": group_by})
@@ -107,6 +108,7 @@ async def drive(client: httpx.AsyncClient, session) -> list[Answer]:
     await call("vic", "GET", "/policy/versions/active")
     await call("vic", "GET", "/policy/versions/{number}", path={"number": v1.id})
     await call("vic", "GET", "/policy/versions/{number}/artifacts", path={"number": v1.id})
+    await call("vic", "GET", "/policy/versions/{number}/artifacts/diff", path={"number": v1.id})
     await call("olga", "POST", "/policy/validate", json={"document": edited(v1, set_p99(250))})
 
     # change requests
@@ -118,6 +120,7 @@ async def drive(client: httpx.AsyncClient, session) -> list[Answer]:
                json={"path": "sla[search-chat].p99_ms", "value": "250"})
     await call("rita", "POST", "/policy/changes/{change_id}/comments", expect=201, path=cid, json={"body": "ok"})
     await call("vic", "GET", "/policy/changes/{change_id}/preview", path=cid, params={"month": "2026-10"})
+    await call("vic", "GET", "/policy/changes/{change_id}/artifacts", path=cid)
     await call("olga", "POST", "/policy/changes/{change_id}/rebase", path=cid)
     await call("olga", "POST", "/policy/changes/{change_id}/submit", path=cid)
     await call("rita", "POST", "/policy/changes/{change_id}/approve", path=cid, json={"comment": "fine"})
@@ -145,8 +148,8 @@ async def drive(client: httpx.AsyncClient, session) -> list[Answer]:
     await call("olga", "POST", "/policy/releases/{release_id}/changes", expect=201, path=rid, json=cid)
     await call("vic", "GET", "/policy/releases")
     await call("vic", "GET", "/policy/releases/{release_id}", path=rid)
-    soon = (floor_hour(utcnow()) + timedelta(hours=2)).isoformat()
-    await call("olga", "POST", "/policy/releases/{release_id}/apply", path=rid, json={"effective_from": soon})
+    this_hour = floor_hour(utcnow()).isoformat()  # in effect at once, so it may be marked deployed
+    await call("olga", "POST", "/policy/releases/{release_id}/apply", path=rid, json={"effective_from": this_hour})
     await call("olga", "POST", "/policy/releases/{release_id}/deploy", path=rid)
     await call("olga", "POST", "/policy/releases/{release_id}/rollback", path=rid, json={})
     await call("vic", "GET", "/audit", params={"action": "release.", "limit": 5})

@@ -112,8 +112,11 @@ def test_api_and_page_close_with_accept_unpooled(api, fresh_engine):
     body = problem(api.post("/api/v1/periods/2026-10/close", json={"accept_unpooled": True}), 422)
     assert body["errors"][0]["path"] == "reason"
     refused = api.post("/billing/2026-10/close", headers=HTML, data={})
-    assert refused.status_code == 409 and "no policy pool names" in refused.text
-    closed = api.post("/billing/2026-10/close", headers=HTML, data={"accept_unpooled": "true", "reason": "lab nodes"})
+    assert refused.status_code == 409 and "on nodes no pool names" in refused.text and 'id="accept_unpooled-error"' in refused.text
+    confirm = api.post("/billing/2026-10/close", headers=HTML, data={"accept_unpooled": "true", "reason": "lab nodes"})
+    assert confirm.status_code == 200 and "the unpooled GPUs" in confirm.text
+    closed = api.post("/billing/2026-10/close", headers=HTML,
+                      data={"accept_unpooled": "true", "reason": "lab nodes", "confirmed": "true"})
     assert closed.status_code == 303
     page = api.get("/billing/2026-10", headers=HTML).text
     assert "Closed with unpooled GPUs accepted: lab nodes" in page

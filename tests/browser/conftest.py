@@ -64,7 +64,7 @@ def portal(tmp_path_factory):
 
     try:
         with running_portal(url, log_dir=tmp_path_factory.mktemp("uvicorn")) as portal:
-            yield {"base": portal.base, "months": months, "month": months[-1], "start": start, "end": end}
+            yield {"base": portal.base, "months": months, "month": months[-1], "start": start, "end": end, "url": url}
         server_log = portal.log()
     finally:
         drop_postgres_database(url)

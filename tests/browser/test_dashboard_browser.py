@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from app.core.timeutil import floor_hour, utcnow
-from tests.support.browser import SHOTS, submit
+from tests.support.browser import SHOTS, ask, submit
 
 pytestmark = pytest.mark.browser
 
@@ -162,6 +162,7 @@ def test_change_request_review_release_history(portal, sessions, console):
     reviewer = sessions("rex")
     reviewer.goto(change_url)
     reviewer.fill("#review-comment", "Fine: etl needs it.")
+    ask(reviewer, "main button:has-text('Approve')", shows="Approve change request")  # the confirm step
     submit(reviewer, "main button:has-text('Approve')")
     expect(reviewer.locator("main p").first).to_contain_text("approved")
     shot(reviewer, "change-request")
@@ -199,11 +200,13 @@ def test_finance_closes_a_period(portal, sessions, console):
     fin.goto(f"{portal['base']}/billing/{month}")
     assert "rated" in fin.locator("main").inner_text()
     # The current month is still running: finance closes it with the gaps accepted and a reason.
+    expect(fin.locator('#checklist li[data-key="coverage"]')).to_contain_text("the month has not ended")
     fin.check("input[name=accept_gaps]")
     fin.fill("#reason", "Browser test: closing the running month on purpose")
-    fin.click(f"main button:has-text('Finalize {month}')")
-    fin.wait_for_function("() => document.querySelector('main').innerText.includes('finalized')")
-    assert fin.locator("main button:has-text('Finalize')").count() == 0
+    fin.click(f"main button:has-text('Review and finalize {month}')")
+    expect(fin.locator("#close-confirm")).to_contain_text("This cannot be undone")
+    submit(fin, "#confirm-finalize", shows=f"{month} is finalized.")
+    assert fin.locator("main button:has-text('inalize')").count() == 0
     assert not console.problems, console.problems
 
 

@@ -272,7 +272,8 @@ def test_refused_commit_on_a_form_is_an_error_page(pg_portal, fresh_engine):
     assert _call(pg_portal, lambda c: c.post("/api/v1/periods/2026-10/rate",
                                              headers={"Authorization": f"Bearer {raw}"})).status_code == 200
     cookies = {sessions.SESSION_COOKIE: sessions.sign_session_id(session_id), sessions.CSRF_COOKIE: "nonce"}
-    form = {"csrf_token": sessions.csrf_token_for("nonce", session_id), "accept_gaps": "true", "reason": "test"}
+    form = {"csrf_token": sessions.csrf_token_for("nonce", session_id), "accept_gaps": "true", "reason": "test",
+            "confirmed": "true"}
 
     async def close(client):
         client.cookies.update(cookies)

@@ -2,48 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
-import httpx
 import pytest
-from sqlmodel import Session, select
+from sqlmodel import select
 
 from app.core.db import unit_of_work
 from app.core.timeutil import floor_hour, utcnow
 from app.policy.models import PolicyVersion
 from app.review.models import ChangeRequest, ChangeState, Release, ReleaseState
-from tests.support.review import edited, set_quota
-from tests.support.routes import asgi_client, make_user, page_csrf, sign_in
+from tests.support.review import edited, post, row, set_quota
+from tests.support.routes import page_csrf
 
 pytestmark = pytest.mark.anyio
 SOON = (floor_hour(utcnow()) + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M")
-
-
-@pytest.fixture
-async def browser(app, fresh_engine) -> AsyncIterator:
-    """Signed-in browsers by user name: (client, csrf token)."""
-    clients: list[httpx.AsyncClient] = []
-
-    async def open_as(name: str, role: str) -> tuple[httpx.AsyncClient, str]:
-        client = asgi_client(app)
-        clients.append(client)
-        with Session(fresh_engine, expire_on_commit=False) as session:
-            token = sign_in(client, session, make_user(session, name, role))
-        return client, token
-
-    yield open_as
-    for c in clients:
-        await c.aclose()
-
-
-def row(engine, model, ident):
-    with unit_of_work(engine) as session:
-        return session.get(model, ident)
-
-
-async def post(client, url, token, **data):
-    return await client.post(url, data={"csrf_token": token, **data})
 
 
 async def test_editor_validates_as_you_type_and_review_enforces_four_eyes(browser, v1, fresh_engine):
@@ -79,7 +51,11 @@ async def test_editor_validates_as_you_type_and_review_enforces_four_eyes(browse
     # Editing a submitted request: 409.
     assert (await post(ada, url, ada_csrf, title="x", justification="y", document="z")).status_code == 409
     assert f'action="/policy/changes/{change_id}/approve"' in (await rita.get(url)).text
-    assert (await post(rita, f"{url}/approve", rita_csrf, comment="fine")).status_code == 303
+    # Approving asks to confirm first (no JavaScript needed): the confirm page carries the comment on.
+    asked = await post(rita, f"{url}/approve", rita_csrf, comment="fine")
+    assert asked.status_code == 200 and 'name="confirm" value="yes"' in asked.text and ">fine</textarea>" in asked.text
+    assert row(fresh_engine, ChangeRequest, change_id).state == ChangeState.SUBMITTED
+    assert (await post(rita, f"{url}/approve", rita_csrf, comment="fine", confirm="yes")).status_code == 303
     assert row(fresh_engine, ChangeRequest, change_id).state == ChangeState.APPROVED
     assert (await post(rita, f"{url}/comments", rita_csrf, body="ship it")).status_code == 303
     assert "ship it" in (await ada.get(url)).text
@@ -95,7 +71,7 @@ async def test_releases_board_gate(browser, v1, fresh_engine):
     await post(olga, f"{url}/submit", olga_csrf)
     # An operator cannot approve, even someone else's request; a viewer cannot plan releases.
     assert (await post(olga, f"{url}/approve", olga_csrf)).status_code == 403
-    await post(rita, f"{url}/approve", rita_csrf)
+    await post(rita, f"{url}/approve", rita_csrf, confirm="yes")
     assert (await post(vic, "/policy/releases", vic_csrf, name="r", service="s", planned_at="2026-11-20T09:00")).status_code == 403
     assert (await post(olga, "/policy/releases", olga_csrf, name="search v2", service="search-chat",
                        planned_at="2026-11-20T09:00")).status_code == 303
@@ -108,7 +84,8 @@ async def test_releases_board_gate(browser, v1, fresh_engine):
     assert (await post(olga, f"/policy/releases/{release_id}/deploy", olga_csrf)).status_code == 409
     bad = await post(olga, f"/policy/releases/{release_id}/apply", olga_csrf, effective_from="soon")
     assert bad.status_code == 422 and "effective_from" in bad.text
-    assert (await post(olga, f"/policy/releases/{release_id}/apply", olga_csrf, effective_from=SOON)).status_code == 303
+    now = floor_hour(utcnow()).strftime("%Y-%m-%dT%H:%M")
+    assert (await post(olga, f"/policy/releases/{release_id}/apply", olga_csrf, effective_from=now)).status_code == 303
     assert (await post(olga, f"/policy/releases/{release_id}/deploy", olga_csrf)).status_code == 303
     assert row(fresh_engine, Release, release_id).state == ReleaseState.DEPLOYED
     with unit_of_work(fresh_engine) as session:

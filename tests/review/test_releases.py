@@ -66,11 +66,24 @@ def test_deploy_only_after_apply(session):
     with pytest.raises(Conflict, match="apply policy first"):
         releases.deploy_release(session=session, release_id=release.id, actor="oscar")
     releases.attach(session=session, release_id=release.id, change_id=approved(session, v1).id, actor="oscar")
-    releases.apply_release(session=session, release_id=release.id, actor="oscar", effective_from=PLANNED)
+    releases.apply_release(session=session, release_id=release.id, actor="oscar", effective_from=floor_hour(utcnow()))
     releases.deploy_release(session=session, release_id=release.id, actor="oscar")
     assert release.state == ReleaseState.DEPLOYED and release.deployed_by == "oscar"
     with pytest.raises(Conflict):
         releases.deploy_release(session=session, release_id=release.id, actor="oscar")
+
+
+def test_deploy_only_once_the_version_is_in_effect(session):
+    """Applied from a later hour: the deployment would run against policy not in effect yet (409, nothing changes)."""
+    v1 = seed(session)
+    release = new_release(session)
+    releases.attach(session=session, release_id=release.id, change_id=approved(session, v1).id, actor="oscar")
+    releases.apply_release(session=session, release_id=release.id, actor="oscar", effective_from=PLANNED)
+    with pytest.raises(Conflict, match="takes effect at") as err:
+        releases.deploy_release(session=session, release_id=release.id, actor="oscar")
+    assert err.value.status == 409 and release.state == ReleaseState.APPLIED
+    assert releases.deploy_blocker(release, now=PLANNED - timedelta(seconds=1)) is not None
+    assert releases.deploy_blocker(release, now=PLANNED) is None
 
 
 def test_apply_refuses_empty_unapproved_or_stale(session):
@@ -123,7 +136,7 @@ def test_rollback_makes_a_new_version_equal_to_the_previous(session):
     v1 = seed(session)
     release = new_release(session)
     releases.attach(session=session, release_id=release.id, change_id=approved(session, v1).id, actor="oscar")
-    v2 = releases.apply_release(session=session, release_id=release.id, actor="oscar", effective_from=PLANNED)
+    v2 = releases.apply_release(session=session, release_id=release.id, actor="oscar", effective_from=floor_hour(utcnow()))
     releases.deploy_release(session=session, release_id=release.id, actor="oscar")
     v3 = releases.rollback_release(session=session, release_id=release.id, actor="oscar", effective_from=PLANNED + timedelta(hours=3))
     assert v3.id > v2.id and v3.source == "rollback" and v3.sha256 == v1.sha256

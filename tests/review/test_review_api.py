@@ -119,7 +119,8 @@ async def test_release_gate_artifacts_rollback_and_audit(client, auth, v1):
     assert response.status_code == 409 and "apply policy first" in response.json()["detail"]
     past = await client.post(f"{API}/releases/{rid}/apply", headers=auth["otto"], json={"effective_from": "2026-01-15T10:00:00Z"})
     assert past.status_code == 422 and past.json()["errors"][0]["path"] == "effective_from"
-    response = await client.post(f"{API}/releases/{rid}/apply", headers=auth["otto"], json={"effective_from": SOON})
+    this_hour = floor_hour(utcnow()).isoformat()  # in effect at once: it may be marked deployed below
+    response = await client.post(f"{API}/releases/{rid}/apply", headers=auth["otto"], json={"effective_from": this_hour})
     assert response.status_code == 200, response.text
     applied = response.json()
     version = applied["version"]["version"]

@@ -32,6 +32,16 @@ def submit(page, selector: str, *, shows: str | None = None, within: str = "main
         expect(page.locator(within)).to_contain_text(shows, timeout=SERVER_TIMEOUT_MS)
 
 
+def ask(page, selector: str, *, shows: str | None = None, within: str = "main") -> None:
+    """Click a button whose POST answers with a page of its own (a confirm step, no redirect); wait for that page."""
+    with page.expect_response(_is_post, timeout=SERVER_TIMEOUT_MS) as posted:
+        page.click(selector)
+    assert posted.value.status == 200, (posted.value.status, posted.value.url)
+    page.wait_for_load_state("load")
+    if shows is not None:
+        expect(page.locator(within)).to_contain_text(shows, timeout=SERVER_TIMEOUT_MS)
+
+
 def sign_in(page, base: str, name: str, password: str) -> None:
     """Sign in through the login form and wait until the server has answered and the next page has loaded."""
     if "/login" not in page.url:

@@ -79,3 +79,14 @@ def client_for(engine: Engine) -> tuple[TestClient, dict[str, str]]:
         user = make_user(session, "olga", "operator")
         _, raw = service.create_token(session=session, user=user, scopes=["read", "write"], lifetime=timedelta(days=1), actor="test")
     return TestClient(committing_app(engine), raise_server_exceptions=False), {"Authorization": f"Bearer {raw}"}
+
+
+def row(engine: Engine, model, ident):
+    """A row as committed (read in a unit of work of its own)."""
+    with unit_of_work(engine) as session:
+        return session.get(model, ident)
+
+
+async def post(client, url: str, token: str, **data):
+    """A form POST with the page's CSRF token, as a browser sends it."""
+    return await client.post(url, data={"csrf_token": token, **data})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from app.core.db import unit_of_work
@@ -23,8 +24,8 @@ def test_pages_show_periods_invoices_and_statement(api, fresh_engine):
     assert rated.status_code == 303 and rated.headers["location"] == "/billing/2026-10"
     page = api.get("/billing/2026-10", headers=HTML)
     assert page.status_code == 200
-    for text in ("Billing period 2026-10", "rated", "/billing/2026-10/vision", "Platform statement", "conserved",
-                 "format=focus", "Finalize 2026-10"):
+    for text in ("Billing period 2026-10", "rated", "/billing/2026-10/vision", "Platform statement", "Every cent billed?",
+                 "Cost of the pool (capacity × price)", "format=focus", "Review and finalize 2026-10", "Before you finalize"):
         assert text in page.text, text
 
     invoice = api.get("/billing/2026-10/vision", headers=HTML)
@@ -38,11 +39,16 @@ def test_close_form_and_tenant_isolation(api, fresh_engine):
         fill_month(s, "2026-10", v.id, gap={3})
     api.post("/billing/2026-10/rate", headers=HTML, data={})
     refused = api.post("/billing/2026-10/close", headers=HTML, data={})
-    assert refused.status_code == 409 and "1 gap hour" in refused.text
-    closed = api.post("/billing/2026-10/close", headers=HTML, data={"accept_gaps": "true", "reason": "node reboot"})
-    assert closed.status_code == 303
-    page = api.get("/billing/2026-10", headers=HTML).text
-    assert "finalized" in page and "node reboot" in page and "Finalize 2026-10" not in page
+    assert refused.status_code == 409 and "1 hour Prometheus could not answer" in refused.text
+    assert 'id="close-form"' in refused.text and "--accept-gaps" not in refused.text  # the form again, no CLI flags
+    confirm = api.post("/billing/2026-10/close", headers=HTML, data={"accept_gaps": "true", "reason": "node reboot"})
+    assert confirm.status_code == 200 and "Yes, finalize 2026-10" in confirm.text
+    closed = api.post("/billing/2026-10/close", headers=HTML,
+                      data={"accept_gaps": "true", "reason": "node reboot", "confirmed": "true"})
+    assert closed.status_code == 303 and closed.headers["location"] == "/billing/2026-10?closed=1"
+    page = api.get(closed.headers["location"], headers=HTML).text
+    assert "finalized" in page and "node reboot" in page and "finalize 2026-10" not in page
+    assert "2026-10 is finalized." in page and "SHA-256 of the exports" in page
 
     api.as_(VISION_MEMBER)
     page = api.get("/billing/2026-10", headers=HTML).text
@@ -79,3 +85,43 @@ def test_invoice_pdf_holds_only_that_tenant(api, fresh_engine, tmp_path):
     assert api.get("/billing/2026-10/nobody/invoice.pdf").status_code == 404
     again = api.get("/billing/2026-10/vision/invoice.pdf").content
     assert again == pdf.content  # reproducible bytes
+
+
+def test_a_month_of_two_hours_is_marked_on_the_periods_list_and_the_period_page(api, fresh_engine):
+    with unit_of_work(fresh_engine) as s:
+        v = store_policy(s)
+        add_hour(s, hour=OCT1, version=v.id)
+        add_hour(s, hour=OCT1.replace(hour=1), version=v.id, breaches=())
+        fill_month(s, "2026-09", v.id)
+    api.post("/billing/2026-10/close", headers=HTML, data={})  # refused: not even rated
+    api.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True, "reason": "two hours only"})
+    listing = api.get("/billing", headers=HTML).text
+    october = listing[listing.index('href="/billing/2026-10"'):listing.index('href="/billing/2026-09"')]
+    assert "2 of 744 hours" in october and "finalized" in october
+    september = listing[listing.index('href="/billing/2026-09"'):]
+    assert "coverage-badge" not in september.split("</tr>")[0]  # a whole month carries no badge
+    page = api.get("/billing/2026-10", headers=HTML).text
+    assert "2 of 744 hours" in page and "two hours only" in page
+
+
+def test_refused_close_keeps_the_input_and_says_why_beside_the_field(api, fresh_engine):
+    with unit_of_work(fresh_engine) as s:
+        v = store_policy(s)
+        fill_month(s, "2026-10", v.id, skip={100})
+    api.post("/billing/2026-10/rate", headers=HTML, data={})
+    page = api.get("/billing/2026-10", headers=HTML).text
+    assert 'name="accept_gaps"' in page and 'name="accept_unpooled"' not in page  # only what the checklist needs
+    refused = api.post("/billing/2026-10/close", headers=HTML, data={"accept_gaps": "true", "reason": "   "})
+    assert refused.status_code == 422
+    assert 'id="reason-error"' in refused.text and "Give a reason" in refused.text
+    assert re.search(r'name="accept_gaps" value="true" checked', refused.text)
+    too_long = api.post("/billing/2026-10/close", headers=HTML, data={"accept_gaps": "true", "reason": "x" * 2001})
+    assert too_long.status_code == 422 and "under 2,000 characters" in too_long.text
+    refused = api.post("/billing/2026-10/close", headers=HTML, data={"reason": "kept text"})
+    assert refused.status_code == 409 and 'id="accept_gaps-error"' in refused.text
+    assert 'value="kept text"' in refused.text and "1 hour never ingested" in refused.text
+    # confirming a close nobody may make any more (finalized meanwhile) shows the page with the reason, not a dead end
+    api.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True, "reason": "elsewhere"})
+    late = api.post("/billing/2026-10/close", headers=HTML,
+                    data={"accept_gaps": "true", "reason": "late", "confirmed": "true"})
+    assert late.status_code == 409 and "already finalized" in late.text and "Billing period 2026-10" in late.text

@@ -64,7 +64,7 @@ async def test_overview_page_has_the_panels(client, session, seeded):
     page = await client.get("/")
     assert page.status_code == 200, page.text
     daily = _json(page.text, "overview-daily-data")
-    series = {d["label"]: sum(d["data"]) for d in daily["datasets"]}
+    series = {d["label"]: sum(v or 0 for v in d["data"]) for d in daily["datasets"]}  # null: a day not ingested
     n = len(seeded["hours"])
     assert series["training"] == pytest.approx(1.2 * n) and series["idle"] == pytest.approx(0.2 * n)
     assert "Fleet cost" in page.text and "priced from the rollups" in page.text

@@ -264,3 +264,28 @@ class Correction(Out):
     corrects: str
     amount: DecimalText
     reason: str
+
+
+class ChecklistItem(Out):
+    """One thing finance must know, accept or do before Finalize."""
+
+    key: Literal["coverage", "unpooled", "rating", "unattributed", "corrections"]
+    title: str
+    status: Literal["ok", "needs attention", "blocks close"]
+    detail: str = Field(description="What the state is, in plain words")
+    action: str = Field(description="What to do, in plain words")
+    accept: Literal["accept_gaps", "accept_unpooled"] | None = Field(
+        description="The close's acceptance (with a reason) that lifts this block; null when none does")
+
+
+class PeriodChecklist(Out):
+    """The pre-close checklist of a period: what blocks Finalize, what needs attention, what to do."""
+
+    period: str
+    status: Status
+    hours_expected: int = Field(description="Every hour of the month")
+    hours_ok: int = Field(description="Hours ingested")
+    ready: bool = Field(description="Nothing blocks: Finalize needs no acceptance")
+    needs: list[Literal["accept_gaps", "accept_unpooled"]] = Field(
+        description="Acceptances (each with a reason) a close needs now")
+    items: list[ChecklistItem]

@@ -95,14 +95,57 @@ class TenantPriceImpact(Out):
     delta: DecimalText
 
 
+class PlatformLineImpact(Out):
+    line: str
+    kind: str = Field(description="A platform line kind, or `total` (the platform's share) or `cost` (C)")
+    before: DecimalText
+    after: DecimalText
+    delta: DecimalText
+
+
 class PriceImpact(Out):
-    """A month's invoices re-rated under the proposed pricing (null in the preview when pricing is unchanged)."""
+    """A month's invoices and platform statement re-rated under the proposal (null in the preview when the proposal
+    changes nothing rating reads: pricing, pools, SLA penalties, tenants' classes)."""
 
     month: str
     pool_hours: int
     currency: str
     tenants: list[TenantPriceImpact]
+    platform: list[PlatformLineImpact] = Field(description="Platform statement lines before and after")
     error: str | None = Field(default=None, description="Why the month could not be re-rated")
+
+
+class MonthCoverage(Out):
+    month: str
+    hours_expected: int
+    hours_ok: int
+
+
+class PreviewMonth(MonthCoverage):
+    """The month re-rated and measured: `?month=`, else the newest complete month with every hour ingested."""
+
+    note: str | None = Field(description="Why this month is not fully covered, or why it was chosen as the fallback")
+    requested: bool
+
+
+class QuotaUse(Out):
+    """One quota against the month's use (GPUs held per hour) and the estimated preemption before and after."""
+
+    tenant: str
+    pool: str
+    peak_gpus: DecimalText = Field(description="The busiest hour's mean GPUs held")
+    mean_gpus: DecimalText = Field(description="Mean GPUs held over the month's ingested hours")
+    guaranteed_before: int | None
+    guaranteed_after: int | None
+    limit_before: int | None = Field(description="guaranteed + borrowing_limit")
+    limit_after: int | None
+    hours_borrowing_before: int = Field(description="Hours above the guaranteed quota (borrowed, preemptible)")
+    hours_borrowing_after: int
+    hours_over_limit_before: int = Field(description="Hours above guaranteed + borrowing_limit")
+    hours_over_limit_after: int
+    gpu_hours_over_limit_before: DecimalText
+    gpu_hours_over_limit_after: DecimalText
+    preempted: Literal["more", "fewer", "same"]
 
 
 class Preview(Out):
@@ -110,9 +153,28 @@ class Preview(Out):
     errors: list[Finding]
     warnings: list[Finding]
     stale: bool
+    month: PreviewMonth
+    months: list[MonthCoverage] = Field(description="Complete months the preview can re-rate, newest first")
     diff: list[FieldChange]
     capacity: CapacityImpact | None
+    quota_use: list[QuotaUse]
     price: PriceImpact | None
+
+
+class ArtifactFileDiff(Out):
+    file: str
+    status: Literal["added", "removed", "changed", "same"]
+    diff: str = Field(description="Unified diff (empty when the file is the same)")
+
+
+class ArtifactsDiff(Out):
+    """Rendered files against another version's, both rendered under one version number (so only the policy's
+    effect shows, not the version stamp)."""
+
+    version: int | None = Field(default=None, description="The version shown (for a version's diff)")
+    change: int | None = Field(default=None, description="The change request shown (for a request's diff)")
+    against: int | None = Field(description="The version compared with: the previous one, or the active one; null for the first")
+    files: list[ArtifactFileDiff]
 
 
 class MergeConflict(Out):
