@@ -8,7 +8,8 @@ rating and closing only), then times, in the same run:
   baseline  one SQL GROUP BY over the month's usage rollups (what reading the inputs costs)
   load      streaming the month through the loader (RatingHour objects) without rating
   rate      `periods.rate` (load + rate + store lines), committed
-  close     `periods.close` (re-rate + store + CSV/FOCUS/PDF hashes + audit), committed
+  close     `periods.close` as before migration 0011 (CSV/FOCUS/PDF hashed only), rolled back, then as now
+            (re-rate + store + every issued document: exports, invoice PDFs, report PDF + audit), committed
 and prints each relative to the baseline, plus peak RSS.
 """
 
@@ -267,10 +268,30 @@ def run(url: str, args) -> None:
 
     t_rate, _ = _timed(rate, "rate")
 
+    def close_hashes_only():
+        """The close as it was before issued documents (render the three exports, keep their hashes), rolled back."""
+        from sqlmodel import Session
+
+        from app.billing import exports, issued
+        from app.billing.invoices import load_view
+
+        def hashes_only(*, session, period):
+            view = exports._detached_view(load_view(session=session, period=period))
+            return {fmt: issued.sha256(fn(view)) for fmt, fn in exports._RENDERERS.items()}
+
+        keep, issued.issue = issued.issue, hashes_only
+        try:
+            with Session(engine) as s:
+                periods.close(session=s, period=args.month, actor="bench")
+                s.rollback()
+        finally:
+            issued.issue = keep
+
     def close():
         with unit_of_work(engine) as s:
             return periods.close(session=s, period=args.month, actor="bench").status
 
+    t_hashes, _ = _timed(close_hashes_only, "close_hashes")
     t_close, status = _timed(close, "close")
     with engine.connect() as conn:
         lines = conn.execute(text("SELECT count(*) FROM charge_line")).scalar()
@@ -282,7 +303,12 @@ def run(url: str, args) -> None:
     print(f"baseline GROUP BY : {t_base:7.2f} s wall   1.0x")
     print(f"load (no rating)  : {t_load:7.2f} s wall  {t_load / t_base:5.1f}x   python CPU {CPU['load']:6.2f} s")
     print(f"rate              : {t_rate:7.2f} s wall  {t_rate / t_base:5.1f}x   python CPU {CPU['rate']:6.2f} s   (goal <= 3x)")
-    print(f"close             : {t_close:7.2f} s wall  {t_close / t_base:5.1f}x   python CPU {CPU['close']:6.2f} s   (re-rate + exports + hashes)")
+    print(f"close, hashes only: {t_hashes:7.2f} s wall  {t_hashes / t_base:5.1f}x   python CPU {CPU['close_hashes']:6.2f} s   (before 0011: re-rate + 3 exports hashed; rolled back)")
+    print(f"close             : {t_close:7.2f} s wall  {t_close / t_base:5.1f}x   python CPU {CPU['close']:6.2f} s   (re-rate + exports, invoice and report PDFs stored)")
+    with engine.connect() as conn:
+        docs, size = conn.execute(text("SELECT count(*), coalesce(sum(length(content)), 0) FROM issued_document")).one()
+    print(f"close with documents / hashes only: {t_close / t_hashes:.1f}x wall, {CPU['close'] / CPU['close_hashes']:.1f}x CPU; "
+          f"{docs:,} documents stored, {size / 2**20:,.1f} MiB")
     print(f"peak RSS (rate + close process): {peak_mib:,.0f} MiB")
 
 

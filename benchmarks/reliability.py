@@ -7,7 +7,8 @@ PostgreSQL from CHARGEBACK_TEST_PG_URL) and each printed as counts:
   1. kill -9 of `chargeback ingest` (simulator source, SQLite) at spread-out moments, then a rerun:
      partial hours, integrity, and totals against an uninterrupted run.
   2. kill -9 of `chargeback close` at spread-out moments: the period is rated or finalized, never
-     in between; a finalized period's export matches its stored hash; a rerun finalizes.
+     in between (a finalized one has its issued documents, a rated one none); a finalized
+     period's export matches its stored hash; a rerun finalizes.
   3. Prometheus stopped before the n-th query of an ingest, or the n-th answer spoiled by a proxy
      (HTTP 503, an HTML error page, the connection cut mid-body), for every n: hours stored whole
      or recorded as gaps, and all filled (equal to an uninterrupted ingest) by the retry.
@@ -173,14 +174,17 @@ def kill_during_close(work: Path, kills: int) -> dict:
         with sqlite3.connect(path) as db:
             status, csv_hash = db.execute("SELECT status, csv_sha256 FROM billing_period WHERE month = ?",
                                           (MONTH,)).fetchone()
+            documents = db.execute("SELECT count(*) FROM issued_document JOIN billing_period ON billing_period.id ="
+                                   " issued_document.period_id WHERE month = ?", (MONTH,)).fetchone()[0]
         if status == "finalized":
             out["left_finalized"] += 1
+            out["inconsistent"] += documents == 0  # finalized without its issued documents
             exported = work / f"close-{i}.csv"
             assert run_cli(url, "export", "--period", MONTH, "--format", "csv", "--out", str(exported)) == 0
             out["hash_mismatch"] += hashlib.sha256(exported.read_bytes()).hexdigest() != csv_hash
         elif status == "rated":
             out["left_rated"] += 1
-            out["inconsistent"] += csv_hash is not None
+            out["inconsistent"] += csv_hash is not None or documents > 0  # half a close
             out["finalized_by_rerun"] += run_cli(url, "close", "--period", MONTH, "--accept-gaps",
                                                  "--reason", "bench") == 0
         else:

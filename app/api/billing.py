@@ -6,7 +6,6 @@ other tenant is answered with the same 404 as an unknown one.
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
@@ -18,7 +17,7 @@ from starlette.responses import Response
 from app.api.schemas.billing import Correction, Invoice, InvoiceList, PeriodChecklist, PeriodSummary, Statement
 from app.api.schemas.report import Report
 from app.auth.deps import CurrentUser, Finance, IdempotencyDep, Staff
-from app.billing import exports, periods
+from app.billing import exports, issued, periods
 from app.billing.checklist import checklist_payload
 from app.billing.invoices import load_view, platform_statement, tenant_invoice
 from app.billing.period import parse_period, rated_period, require_started
@@ -28,7 +27,7 @@ from app.core.deps import SessionDep
 from app.core.errors import NotFound
 from app.core.timeutil import utcnow
 from app.http.pagination import CursorQuery, decode_cursor, encode_cursor
-from app.http.responses import conditional, json_response
+from app.http.responses import conditional, download, json_response
 
 router = APIRouter(tags=["billing"])
 
@@ -129,21 +128,12 @@ def export(
     _: Finance,
     format: Annotated[Literal["csv", "focus", "pdf"], Query(description="csv | focus (FOCUS 1.2) | pdf")] = "csv",
 ) -> Response:
-    """The period as CSV, FOCUS 1.2 CSV or PDF; finalized periods match their stored hash."""
+    """The period as CSV, FOCUS 1.2 CSV or PDF. A finalized period's is the document issued at close, byte for
+    byte; its SHA-256 is the ETag and X-Content-SHA256 (X-Document: issued | live | re-rendered)."""
     row = rated_period(session=session, month=period)
-    data = exports.render(session=session, period=row, fmt=format)
-    digest = hashlib.sha256(data).hexdigest()
-    etag = f'"{digest}"'  # the content hash itself, so a client can check it against the finalized hash
-    headers = {
-        "Content-Disposition": f'attachment; filename="{exports.filename(row.month, format)}"',
-        "ETag": etag,
-        "X-Content-SHA256": digest,
-        "Cache-Control": "private, no-cache",
-    }
-    if_none_match = request.headers.get("if-none-match", "")
-    if if_none_match and (if_none_match.strip() == "*" or etag in [t.strip().removeprefix("W/") for t in if_none_match.split(",")]):
-        return Response(status_code=304, headers=headers)
-    return Response(content=data, media_type=exports.media_type(format), headers=headers)
+    served = issued.serve(session=session, period=row, kind=format)
+    return download(request, served.content, media_type=exports.media_type(format),
+                    filename=exports.filename(row.month, format), headers=served.headers())
 
 
 @router.post("/periods/{period}/rate", response_model=PeriodSummary)

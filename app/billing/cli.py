@@ -1,4 +1,4 @@
-"""`chargeback rate | close | export | correct`: finance's billing commands (mounted at top level).
+"""`chargeback rate | close | export | verify | correct`: finance's billing commands (mounted at top level).
 
 Business errors print a clear message and exit non-zero (2 invalid input, 3 conflict, 4 not found),
 never a traceback.
@@ -6,7 +6,6 @@ never a traceback.
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from contextlib import contextmanager
 from decimal import Decimal
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from app.core.errors import AppError
@@ -115,8 +115,8 @@ def export_command(
     fmt: str = typer.Option("csv", "--format", help="csv | focus | pdf"),
     out_path: Path = typer.Option(..., "--out", help="file to write ('-' for stdout)"),
 ) -> None:
-    """Write PERIOD's export (CSV, FOCUS 1.2 CSV or PDF) to a file."""
-    from app.billing import exports
+    """Write PERIOD's export (CSV, FOCUS 1.2 CSV or PDF) to a file: once finalized, the document issued at close."""
+    from app.billing import exports, issued
     from app.billing.period import rated_period
     from app.core.db import unit_of_work
 
@@ -124,19 +124,56 @@ def export_command(
         exports.check_format(fmt)
         with unit_of_work() as session:
             row = rated_period(session=session, month=period)
-            data = exports.render(session=session, period=row, fmt=fmt)
-            stored = {"csv": row.csv_sha256, "focus": row.focus_sha256, "pdf": row.pdf_sha256}[fmt]
-    digest = hashlib.sha256(data).hexdigest()
+            served = issued.serve(session=session, period=row, kind=fmt)
     if str(out_path) == "-":
-        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.write(served.content)
         return
     try:
-        out_path.write_bytes(data)
+        out_path.write_bytes(served.content)
     except OSError as exc:
         err.print(f"[bold red]Cannot write {out_path}:[/] {exc.strerror}")
         raise typer.Exit(1) from None
-    note = "" if stored is None else (" (matches the finalized hash)" if stored == digest else " [red](DIFFERS from the finalized hash)[/]")
-    err.print(f"wrote {out_path} ({len(data):,} bytes, sha256 {digest}){note}")
+    note = {
+        issued.ISSUED: " (the issued document; matches the finalized hash)",
+        issued.LIVE: " (live render: the period is not finalized)",
+    }.get(served.origin, f" [yellow]({served.notice})[/]")
+    err.print(f"wrote {out_path} ({len(served.content):,} bytes, sha256 {served.sha256}){note}", soft_wrap=True)
+
+
+@app.command("verify")
+def verify_command(period: str = typer.Option(..., "--period", help="a finalized period, YYYY-MM")) -> None:
+    """Check a finalized PERIOD's issued documents against their stored hashes (exit 1 if any is corrupt),
+    and say which a render today would no longer reproduce (informational)."""
+    from app.billing import issued
+    from app.billing.models import PeriodStatus
+    from app.billing.period import rated_period
+    from app.core.db import unit_of_work
+
+    with _business_errors():
+        with unit_of_work() as session:
+            row = rated_period(session=session, month=period)
+            if row.status != PeriodStatus.FINALIZED:
+                err.print(f"[bold red]Not finalized:[/] {period} is {row.status}; only a finalized period has issued documents")
+                raise typer.Exit(3)
+            checks = issued.verify(session=session, period=row)
+    corrupt = [c for c in checks if c.intact is False]
+    for c in checks:
+        name = c.kind + (f" {c.tenant}" if c.tenant else "")
+        if c.intact is None:
+            state = "not stored (finalized before issued documents were kept)"
+            if c.stored_sha256 is not None:
+                state += "; a render today " + ("DIFFERS from" if c.rendering_changed else "matches") + " the issued hash"
+        elif not c.intact:
+            state = "[bold red]CORRUPT: stored bytes do not match the stored hash[/]"
+        else:
+            state = "ok" + ("; rendering changed since issue (the issued bytes are served)" if c.rendering_changed else "")
+        out.print(f"  {escape(name):30} {state}", soft_wrap=True)
+    intact = sum(1 for c in checks if c.intact)
+    changed = sum(1 for c in checks if c.rendering_changed)
+    out.print(f"{period}: {intact} issued document(s) intact, {len(corrupt)} corrupt, "
+              f"{changed} whose rendering changed since issue", soft_wrap=True)
+    if corrupt:
+        raise typer.Exit(1)
 
 
 @app.command("correct")

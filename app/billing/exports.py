@@ -1,13 +1,12 @@
 """Period exports: CSV (one row per line), FOCUS 1.2 CSV and PDF. Bytes depend only on stored lines.
 
-Nothing here reads the clock or row ids, so re-rating unchanged inputs gives byte-identical files;
-`close` stores their SHA-256.
+Nothing here reads the clock or row ids, so re-rating unchanged inputs gives byte-identical files.
+`close` stores what these render (app/billing/issued.py); a finalized period is served from there.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import re
@@ -20,7 +19,7 @@ from sqlmodel import Session
 
 from app.billing import pdf
 from app.billing.invoices import PeriodView, load_view
-from app.billing.models import BillingPeriod, ChargeLineRecord, LineSource
+from app.billing.models import BillingPeriod, ChargeLineRecord, DocumentKind, LineSource
 from app.billing.types import CHARGE_KINDS, PLATFORM, QUANTITY, LineKind
 from app.core.errors import FieldError, Invalid, NotFound
 from app.policy.validation import FORMULA_START
@@ -96,10 +95,16 @@ def render_invoice(*, session: Session, period: BillingPeriod, tenant: str) -> b
     return pdf.render_invoice_pdf(view, tenant)
 
 
-def hashes(*, session: Session, period: BillingPeriod) -> dict[str, str]:
-    """SHA-256 of each export format (stored on the period at finalize)."""
+def render_period(*, session: Session, period: BillingPeriod) -> dict[tuple[str, str], bytes]:
+    """Every export format and each tenant's invoice PDF, keyed (kind, tenant), from one read of the lines.
+
+    What close issues (app/billing/issued.py); tenant is "" for the period-wide formats.
+    """
     view = _detached_view(load_view(session=session, period=period))
-    return {fmt: hashlib.sha256(fn(view)).hexdigest() for fmt, fn in _RENDERERS.items()}
+    out = {(fmt, ""): fn(view) for fmt, fn in _RENDERERS.items()}
+    for tenant in view.tenants:
+        out[(DocumentKind.INVOICE_PDF.value, tenant)] = pdf.render_invoice_pdf(view, tenant)
+    return out
 
 
 def _iso(dt: datetime) -> str:

@@ -10,7 +10,7 @@ from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 
-from sqlalchemy import BigInteger, Column, Numeric, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, LargeBinary, Numeric, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 import app.core.models  # noqa: F401  (naming convention)
@@ -137,3 +137,24 @@ class PoolCostRecord(SQLModel, table=True):
     period_id: int = Field(foreign_key="billing_period.id", primary_key=True, ondelete="CASCADE")
     pool: str = Field(primary_key=True)
     cost: Decimal = Field(sa_column=Column(MONEY, nullable=False))
+
+
+class DocumentKind(StrEnum):
+    CSV = "csv"
+    FOCUS = "focus"
+    PDF = "pdf"
+    INVOICE_PDF = "invoice_pdf"  # one per tenant
+    REPORT_PDF = "report_pdf"  # the managers' monthly report
+
+
+class IssuedDocument(SQLModel, table=True):
+    """A document exactly as issued when its period was finalized: served byte for byte from then on."""
+
+    __tablename__ = "issued_document"
+
+    period_id: int = Field(foreign_key="billing_period.id", primary_key=True, ondelete="CASCADE")
+    kind: str = Field(primary_key=True)
+    tenant: str = Field(default="", primary_key=True)  # "" for period-wide documents
+    content: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    sha256: str = Field(max_length=64)
+    created_at: datetime

@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Session
 
-from app.billing import exports
+from app.billing import issued
 from app.billing.loader import DocumentCache, load_hours
 from app.billing.models import (
     BillingPeriod,
@@ -131,7 +131,7 @@ def close(
     *, session: Session, period: str, actor: str, accept_gaps: bool = False, accept_unpooled: bool = False,
     reason: str | None = None,
 ) -> BillingPeriod:
-    """Finalize the period in one transaction: re-rate, store lines and export hashes, audit."""
+    """Finalize the period in one transaction: re-rate, store lines, the issued documents and their hashes, audit."""
     p = parse_period(period)
     require_started(p)
     reason = (reason or "").strip() or None
@@ -156,7 +156,7 @@ def close(
         accept_unpooled_reason=reason if unpooled.hours else None,
     )
     total = _rate_into(session, row, p, actor)
-    hashes = exports.hashes(session=session, period=row)
+    hashes = issued.issue(session=session, period=row)  # the documents themselves, served from now on
     row.csv_sha256, row.focus_sha256, row.pdf_sha256 = hashes["csv"], hashes["focus"], hashes["pdf"]
     session.add(row)
     session.flush()

@@ -55,3 +55,15 @@ def conditional(
     if if_none_match and request.method in ("GET", "HEAD") and _matches(if_none_match, etag):
         return Response(status_code=304, headers=out_headers)
     return Response(data, status_code=status_code, media_type=media_type, headers=out_headers)
+
+
+def download(
+    request: Request, content: bytes, *, media_type: str, filename: str, headers: dict[str, str]
+) -> Response:
+    """A file download carrying `headers` (its ETag among them); 304 when If-None-Match names that ETag."""
+    out_headers = {"Content-Disposition": f'attachment; filename="{filename}"', "Cache-Control": "private, no-cache",
+                   **headers}
+    if_none_match = request.headers.get("if-none-match")
+    if if_none_match and request.method in ("GET", "HEAD") and _matches(if_none_match, headers["ETag"]):
+        return Response(status_code=304, headers=out_headers)
+    return Response(content, media_type=media_type, headers=out_headers)

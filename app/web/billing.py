@@ -13,18 +13,18 @@ from fastapi import APIRouter, Form, Query, Request
 from starlette.responses import RedirectResponse, Response
 
 from app.auth.deps import CurrentUser, Finance, Principal, Staff
-from app.billing import exports, periods
+from app.billing import issued, periods
 from app.billing.checklist import period_checklist, period_coverage
 from app.billing.invoices import invoice_line, invoice_summaries, load_view, platform_statement, tenant_invoice
 from app.billing.line_days import line_days
-from app.billing.models import PeriodStatus
+from app.billing.models import DocumentKind, PeriodStatus
 from app.billing.period import get_period, parse_period, rated_period, require_started
-from app.billing.report import assemble_report, read_inputs, read_report
-from app.billing.report_pdf import render_report_pdf
+from app.billing.report import read_report
 from app.core.deps import SessionDep
 from app.core.errors import AppError, NotFound
 from app.core.timeutil import utcnow
 from app.http.htmx import is_htmx
+from app.http.responses import download
 from app.http.templating import render
 from app.web.charts import chart_json
 
@@ -108,15 +108,13 @@ def billing_line_days(request: Request, period: str, tenant: str, session: Sessi
 
 
 @router.get("/billing/{period}/{tenant}/invoice.pdf")
-def billing_invoice_pdf(period: str, tenant: str, session: SessionDep, user: CurrentUser) -> Response:
+def billing_invoice_pdf(request: Request, period: str, tenant: str, session: SessionDep, user: CurrentUser) -> Response:
     row = rated_period(session=session, month=period)
     if not user.can_see_tenant(tenant):
         raise NotFound(f"No invoice for tenant {tenant!r} in {row.month}")
-    return Response(
-        exports.render_invoice(session=session, period=row, tenant=tenant),
-        media_type="application/pdf",
-        headers={"Content-Disposition": f'attachment; filename="invoice-{row.month}-{tenant}.pdf"'},
-    )
+    served = issued.serve(session=session, period=row, kind=DocumentKind.INVOICE_PDF, tenant=tenant)
+    return download(request, served.content, media_type="application/pdf",
+                    filename=f"invoice-{row.month}-{tenant}.pdf", headers=served.headers())
 
 
 def _back(request: Request, month: str, *, closed: bool = False) -> Response:
@@ -197,11 +195,8 @@ def billing_report(request: Request, period: str, session: SessionDep, user: Sta
 
 
 @report_router.get("/billing/{period}/report.pdf")
-def billing_report_pdf(period: str, session: SessionDep, _: Staff) -> Response:
+def billing_report_pdf(request: Request, period: str, session: SessionDep, _: Staff) -> Response:
     row = rated_period(session=session, month=period)
-    inputs = read_inputs(session=session, period=row)
-    return Response(
-        render_report_pdf(inputs.view, assemble_report(inputs)),
-        media_type="application/pdf",
-        headers={"Content-Disposition": f'attachment; filename="report-{row.month}.pdf"'},
-    )
+    served = issued.serve(session=session, period=row, kind=DocumentKind.REPORT_PDF)
+    return download(request, served.content, media_type="application/pdf", filename=f"report-{row.month}.pdf",
+                    headers=served.headers())

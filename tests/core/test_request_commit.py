@@ -186,13 +186,19 @@ def test_refused_commit_on_token_creation(pg_portal, fresh_engine):
     assert _count(fresh_engine, select(func.count()).select_from(ApiToken)) == 2
 
 
-@only_postgres
-def test_refused_commit_on_period_close(pg_portal, fresh_engine):
-    raw = _user(fresh_engine, "fiona", "finance")
-    with unit_of_work(fresh_engine) as s:
+def _rated_october(portal, engine) -> dict[str, str]:
+    """October rated from one hour, by a finance user; returns that user's bearer header."""
+    raw = _user(engine, "fiona", "finance")
+    with unit_of_work(engine) as s:
         add_hour(s, hour=OCT1, version=store_policy(s).id)
     bearer = {"Authorization": f"Bearer {raw}"}
-    assert _call(pg_portal, lambda c: c.post("/api/v1/periods/2026-10/rate", headers=bearer)).status_code == 200
+    assert _call(portal, lambda c: c.post("/api/v1/periods/2026-10/rate", headers=bearer)).status_code == 200
+    return bearer
+
+
+@only_postgres
+def test_refused_commit_on_period_close(pg_portal, fresh_engine):
+    bearer = _rated_october(pg_portal, fresh_engine)
 
     def status():
         with Session(fresh_engine) as s:
@@ -206,6 +212,28 @@ def test_refused_commit_on_period_close(pg_portal, fresh_engine):
         state=status,
     )
     assert first.json()["status"] == "finalized" and status()[0] == "finalized"
+
+
+@only_postgres
+def test_refused_commit_after_the_issued_documents_leaves_none(pg_portal, fresh_engine):
+    """The COMMIT is refused once the documents are written (the last rows close adds): none stay, the period
+    stays rated, and the retry stores them all, once."""
+    from app.billing.models import IssuedDocument
+
+    bearer = _rated_october(pg_portal, fresh_engine)
+
+    def state():
+        with Session(fresh_engine) as s:
+            status = s.exec(select(BillingPeriod.status).where(BillingPeriod.month == "2026-10")).one()
+            return status, s.exec(select(func.count()).select_from(IssuedDocument)).one()
+
+    _refused_then_once(
+        pg_portal, fresh_engine, table="issued_document", action="billing.close",
+        send=lambda c: c.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True, "reason": "test month"},
+                              headers={**bearer, "Idempotency-Key": "close-docs"}),
+        state=state,
+    )
+    assert state() == ("finalized", 4 + 3)  # CSV, FOCUS, PDF, report + the three tenants' invoices
 
 
 @only_postgres

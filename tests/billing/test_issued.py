@@ -1,0 +1,213 @@
+"""Issued documents: close stores what it issued, and a finalized period is served those bytes forever.
+
+The renderers are swapped after close (as a release that changes a layout would) and every way out
+(API export, web invoice and report PDFs, `chargeback export`, `chargeback verify`) must still give
+the issued bytes and hashes. Both databases, through the fixtures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import delete, func, inspect, select, update
+from typer.testing import CliRunner
+
+from app.billing import exports, issued, pdf, periods, report_pdf
+from app.billing.cli import app as billing_cli
+from app.billing.invoices import load_view
+from app.billing.models import BillingPeriod, IssuedDocument
+from app.core import db
+from app.core.db import make_engine, unit_of_work
+from app.core.migrate import downgrade, upgrade
+from tests.support.billing import add_hour, store_policy
+
+OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
+CHANGED = b"%PDF-1.7 a later renderer's bytes"
+EXPORTS = ("csv", "focus", "pdf")
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _change_every_renderer(monkeypatch) -> None:
+    """What a release that changes any renderer does to a live render."""
+    for module, name in ((exports, "render_csv"), (exports, "render_focus"), (exports, "render_pdf"),
+                         (pdf, "render_invoice_pdf"), (report_pdf, "render_report_pdf")):
+        monkeypatch.setattr(module, name, lambda *args, **kwargs: CHANGED)
+
+
+def _documents(session, month="2026-10") -> dict[tuple[str, str], IssuedDocument]:
+    rows = session.execute(
+        select(IssuedDocument).join(BillingPeriod, BillingPeriod.id == IssuedDocument.period_id)
+        .where(BillingPeriod.month == month)
+    ).scalars()
+    return {(d.kind, d.tenant): d for d in rows}
+
+
+def test_close_stores_every_document_in_its_transaction(session, october):
+    row = periods.close(session=session, period="2026-10", actor="fin", accept_gaps=True, reason="two test hours")
+    docs = _documents(session)
+    tenants = load_view(session=session, period=row).tenants
+    assert tenants == ["etl", "search", "vision"]
+    assert set(docs) == {("csv", ""), ("focus", ""), ("pdf", ""), ("report_pdf", "")} | {
+        ("invoice_pdf", t) for t in tenants}
+    for doc in docs.values():
+        assert sha(doc.content) == doc.sha256 and doc.created_at == row.finalized_at
+    assert (docs[("csv", "")].sha256, docs[("focus", "")].sha256, docs[("pdf", "")].sha256) == (
+        row.csv_sha256, row.focus_sha256, row.pdf_sha256)
+    # What was stored is what the renderers gave at close.
+    assert docs[("csv", "")].content == exports.render(session=session, period=row, fmt="csv")
+    assert docs[("invoice_pdf", "vision")].content == exports.render_invoice(session=session, period=row, tenant="vision")
+    assert all(d.content.startswith(b"%PDF") for (kind, _), d in docs.items() if kind != "csv" and kind != "focus")
+
+
+def test_a_crash_while_rendering_an_invoice_stores_nothing(fresh_engine, monkeypatch):
+    with unit_of_work(fresh_engine) as s:
+        add_hour(s, hour=OCT1, version=store_policy(s).id)
+        periods.rate(session=s, period="2026-10", actor="fin")
+    original, rendered = pdf.render_invoice_pdf, []
+
+    def dies_on_the_second(view, tenant):
+        if rendered:
+            raise RuntimeError("killed while rendering")
+        rendered.append(tenant)
+        return original(view, tenant)
+
+    monkeypatch.setattr(pdf, "render_invoice_pdf", dies_on_the_second)
+    with pytest.raises(RuntimeError, match="killed"):
+        with unit_of_work(fresh_engine) as s:
+            periods.close(session=s, period="2026-10", actor="fin", accept_gaps=True, reason="one test hour")
+    with unit_of_work(fresh_engine) as s:
+        assert s.execute(select(func.count()).select_from(IssuedDocument)).scalar_one() == 0
+        assert periods.get_period(session=s, month="2026-10").status == "rated"
+    monkeypatch.undo()
+    with unit_of_work(fresh_engine) as s:
+        periods.close(session=s, period="2026-10", actor="fin", accept_gaps=True, reason="one test hour")
+    with unit_of_work(fresh_engine) as s:
+        assert len(_documents(s)) == 4 + 3
+
+
+@pytest.fixture
+def closed(fresh_engine, api):
+    with unit_of_work(fresh_engine) as s:
+        add_hour(s, hour=OCT1, version=store_policy(s).id)
+    response = api.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True, "reason": "one test hour"})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _downloads(api) -> dict[str, object]:
+    out = {fmt: api.get("/api/v1/periods/2026-10/export", params={"format": fmt}) for fmt in EXPORTS}
+    out["invoice_pdf"] = api.get("/billing/2026-10/vision/invoice.pdf")
+    out["report_pdf"] = api.get("/billing/2026-10/report.pdf")
+    for name, response in out.items():
+        assert response.status_code == 200, (name, response.text)
+    return out
+
+
+def test_finalized_downloads_do_not_follow_a_changed_renderer(api, closed, fresh_engine, monkeypatch, tmp_path):
+    before = _downloads(api)
+    _change_every_renderer(monkeypatch)
+    with unit_of_work(fresh_engine) as s:  # a live render is different now
+        row = periods.get_period(session=s, month="2026-10")
+        assert issued.render(session=s, period=row, kind="csv") == CHANGED
+        stored = {key: doc.sha256 for key, doc in _documents(s).items()}
+
+    after = _downloads(api)
+    for name, response in after.items():
+        digest = sha(response.content)
+        assert response.content == before[name].content != CHANGED, name
+        assert response.headers["x-content-sha256"] == digest and response.headers["etag"] == f'"{digest}"'
+        assert response.headers["x-document"] == "issued" and "x-document-notice" not in response.headers
+    for fmt in EXPORTS:
+        assert sha(after[fmt].content) == closed["hashes"][fmt] == stored[(fmt, "")]
+    assert sha(after["invoice_pdf"].content) == stored[("invoice_pdf", "vision")]
+    assert sha(after["report_pdf"].content) == stored[("report_pdf", "")]
+    again = api.get("/billing/2026-10/vision/invoice.pdf", headers={"If-None-Match": after["invoice_pdf"].headers["etag"]})
+    assert again.status_code == 304 and not again.content
+
+    # The CLI, in process (so the swapped renderers apply), on the same database.
+    monkeypatch.setattr(db, "get_engine", lambda: fresh_engine)
+    runner = CliRunner()
+    for fmt in EXPORTS:
+        out = tmp_path / f"october.{fmt}"
+        result = runner.invoke(billing_cli, ["export", "--period", "2026-10", "--format", fmt, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        assert out.read_bytes() == before[fmt].content and "the issued document" in result.output
+    verified = runner.invoke(billing_cli, ["verify", "--period", "2026-10"])
+    assert verified.exit_code == 0, verified.output
+    assert "7 issued document(s) intact, 0 corrupt, 7 whose rendering changed since issue" in verified.output
+    assert "rendering changed since issue" in verified.output and "CORRUPT" not in verified.output
+
+
+def test_verify_finds_corrupt_bytes_and_is_quiet_when_nothing_changed(closed, fresh_engine, monkeypatch):
+    monkeypatch.setattr(db, "get_engine", lambda: fresh_engine)
+    runner = CliRunner()
+    clean = runner.invoke(billing_cli, ["verify", "--period", "2026-10"])
+    assert clean.exit_code == 0, clean.output
+    assert "7 issued document(s) intact, 0 corrupt, 0 whose rendering changed" in clean.output
+    with unit_of_work(fresh_engine) as s:
+        s.execute(update(IssuedDocument).where(IssuedDocument.tenant == "etl").values(content=b"%PDF tampered"))
+    corrupt = runner.invoke(billing_cli, ["verify", "--period", "2026-10"])
+    assert corrupt.exit_code == 1 and "CORRUPT" in corrupt.output and "1 corrupt" in corrupt.output
+    rated = runner.invoke(billing_cli, ["verify", "--period", "2026-09"])
+    assert rated.exit_code == 4 and "not been rated" in rated.output
+
+
+def test_a_period_finalized_before_documents_were_stored_is_served_as_a_marked_rerender(api, closed, fresh_engine,
+                                                                                         monkeypatch):
+    with unit_of_work(fresh_engine) as s:  # what migration 0011 leaves on a period finalized before it
+        s.execute(delete(IssuedDocument))
+    same = api.get("/api/v1/periods/2026-10/export", params={"format": "csv"})
+    assert same.headers["x-document"] == "re-rendered"
+    assert same.headers["x-issued-sha256"] == closed["hashes"]["csv"] == same.headers["x-content-sha256"]
+    assert "matches" in same.headers["x-document-notice"]
+    _change_every_renderer(monkeypatch)
+    differs = api.get("/api/v1/periods/2026-10/export", params={"format": "csv"})
+    assert differs.content == CHANGED and differs.headers["x-content-sha256"] == sha(CHANGED)
+    assert differs.headers["x-issued-sha256"] == closed["hashes"]["csv"]
+    assert "differs from the issued document" in differs.headers["x-document-notice"]
+    invoice = api.get("/billing/2026-10/vision/invoice.pdf")
+    assert invoice.headers["x-document"] == "re-rendered" and invoice.headers["x-issued-sha256"] == "unknown"
+    monkeypatch.setattr(db, "get_engine", lambda: fresh_engine)
+    verified = CliRunner().invoke(billing_cli, ["verify", "--period", "2026-10"])
+    assert verified.exit_code == 0, verified.output
+    assert "not stored" in verified.output and "DIFFERS from the issued hash" in verified.output
+
+
+def test_open_and_rated_periods_render_live(api, fresh_engine, monkeypatch):
+    with unit_of_work(fresh_engine) as s:
+        add_hour(s, hour=OCT1, version=store_policy(s).id)
+    assert api.post("/api/v1/periods/2026-10/rate").status_code == 200
+    _change_every_renderer(monkeypatch)
+    live = api.get("/api/v1/periods/2026-10/export", params={"format": "pdf"})
+    assert live.content == CHANGED and live.headers["x-document"] == "live"
+    assert api.get("/billing/2026-10/vision/invoice.pdf").content == CHANGED
+    with unit_of_work(fresh_engine) as s:
+        assert s.execute(select(func.count()).select_from(IssuedDocument)).scalar_one() == 0
+
+
+def test_migration_0011_up_and_down(fresh_engine):
+    with unit_of_work(fresh_engine) as s:
+        add_hour(s, hour=OCT1, version=store_policy(s).id)
+        periods.close(session=s, period="2026-10", actor="fin", accept_gaps=True, reason="one test hour")
+    url = fresh_engine.url.render_as_string(hide_password=False)
+    fresh_engine.dispose()
+    downgrade(url, "0010")
+    engine = make_engine(url)
+    with unit_of_work(engine) as s:
+        assert "issued_document" not in inspect(s.connection()).get_table_names()
+        row = periods.get_period(session=s, month="2026-10")
+        assert row.status == "finalized" and row.csv_sha256  # the hashes stay on the period
+    engine.dispose()
+    upgrade(url)
+    engine = make_engine(url)
+    with unit_of_work(engine) as s:
+        assert s.execute(select(func.count()).select_from(IssuedDocument)).scalar_one() == 0  # bytes not recreated
+        served = issued.serve(session=s, period=periods.get_period(session=s, month="2026-10"), kind="focus")
+        assert served.origin == "re-rendered" and served.issued_sha256 == periods.get_period(
+            session=s, month="2026-10").focus_sha256
+    engine.dispose()
