@@ -220,7 +220,8 @@ def _invoice_page(doc: _Doc, view: PeriodView, tenant: str) -> None:
     inv = tenant_invoice(view, tenant)
     dates, cov = inv["billing_dates"], inv["coverage"]
     doc.add_page()
-    doc.heading(f"Invoice {period.month} - tenant {tenant}" + ("" if inv["final"] else " - DRAFT"), 14)
+    # DRAFT first: a right-to-left tenant name must end the line, or bidi reordering moves the text around it.
+    doc.heading(("" if inv["final"] else "DRAFT - ") + f"Invoice {period.month} - tenant {tenant}", 14)
     doc.line_text(f"Department: {inv['department'] or '-'}    Status: {inv['status_label']}    Currency: {cur}")
     doc.line_text(f"Billing period: {dates['first_day']} to {dates['last_day']} ({dates['start_local']} to "
                   f"{dates['end_local']}, {dates['timezone']}, end exclusive)")

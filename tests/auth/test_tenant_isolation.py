@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from urllib.parse import quote
 
 import pytest
+from sqlmodel import select
 
 from app.billing import periods
+from app.billing.models import ChargeLineRecord
 from tests.support.billing import add_hour, store_policy
 from tests.support.routes import app_routes, make_user, sign_in
 
@@ -23,7 +26,10 @@ MONTH = "2026-10"
 QUERY = {
     "/": "start=2026-10-01&end=2026-10-31",
     "/api/v1/usage": "start=2026-10-01T00:00:00Z&end=2026-11-01T00:00:00Z&group_by=tenant",
+    "/billing/{period}/{tenant}/days": "line={line}",  # the tenant's own first invoice line
 }
+DRILLABLE = ("reserved_fee", "inference_overage", "usage_busy", "usage_dark")  # lines with a per-day drill-down
+LINES: dict[str, str] = {}  # tenant -> a line id of its invoice in the rated month (set by `rated_month`)
 SKIP = {"/api/v1/openapi.json", "/api/v1/docs", "/login", "/metrics", "/healthz"}
 
 
@@ -33,6 +39,10 @@ def rated_month(session):
     add_hour(session, hour=datetime(2026, 10, 1, tzinfo=UTC), version=version.id)
     periods.rate(session=session, period=MONTH, actor="test")
     session.commit()
+    for tenant in (OWN, *FOREIGN):
+        LINES[tenant] = session.exec(select(ChargeLineRecord.line_id).where(ChargeLineRecord.account == tenant,
+                                                                               ChargeLineRecord.kind.in_(DRILLABLE))
+                                     .order_by(ChargeLineRecord.line_id)).first() or ""
 
 
 def get_routes() -> list[str]:
@@ -41,7 +51,7 @@ def get_routes() -> list[str]:
 
 def _url(path: str, tenant: str) -> str:
     filled = re.sub(r"\{(\w+)(:\w+)?\}", lambda m: {"tenant": tenant, "period": MONTH}.get(m.group(1), "1"), path)
-    return filled + ("?" + QUERY[path] if path in QUERY else "")
+    return filled + ("?" + QUERY[path].replace("{line}", quote(LINES.get(tenant, ""), safe="")) if path in QUERY else "")
 
 
 def _mentions_foreign(text: str) -> list[str]:

@@ -115,9 +115,9 @@ async def test_tenant_month_total_and_department_rollup_everywhere(finance, sess
         assert as_billed[tenant] == Decimal(total)  # what the pricing preview calls "before"
         assert f"<td>{money(total)}</td>" in period_page
         assert f'<strong data-testid="total">{money(total)} USD</strong>' in (await finance.get(f"/billing/{MONTH}/{tenant}")).text
-        assert f"<td>{money(total)}</td>" in tenants_page
+        assert f"<td>{money(total)} USD</td>" in tenants_page  # money on pages carries its currency
         detail = (await finance.get(f"/tenants/{tenant}?start=2026-10-01&end=2026-10-31")).text
-        assert f"<strong>{money(total)}</strong>" in detail
+        assert f"<strong>{money(total)} USD</strong>" in detail
         assert money(total) in pdf
     for total in departments.values():
         assert f"<td>{money(total)}</td>" in period_page

@@ -77,7 +77,7 @@ def test_invoice_pdf_holds_only_that_tenant(api, fresh_engine, tmp_path):
     (tmp_path / "invoice.pdf").write_bytes(pdf.content)
     text = subprocess.run(["pdftotext", str(tmp_path / "invoice.pdf"), "-"], capture_output=True, text=True,
                           check=True).stdout
-    assert "Invoice 2026-10 - tenant vision - DRAFT" in text and "Draft total, not yet due" in text
+    assert "DRAFT - Invoice 2026-10 - tenant vision" in text and "Draft total, not yet due" in text
     assert "Total due" not in text
     assert "tenant search" not in text and "Platform statement" not in text
     assert api.get("/billing/2026-10/search/invoice.pdf").status_code == 404

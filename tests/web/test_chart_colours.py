@@ -45,9 +45,11 @@ async def test_overview_charts_carry_the_class_colour(client, session):
 
 
 def test_a_rise_is_never_green():
-    """.up marks a rise in use or cost (tenants' change column, the invoice impact): the error red."""
+    """One pair of classes marks a change everywhere (overview, tenants, invoice impact): a rise is never green."""
     from tests.support.deploy import ROOT
 
-    css = (ROOT / "static" / "dashboard.css").read_text()
-    (rule,) = re.findall(r"\.up \{([^}]*)\}", css)
-    assert "var(--err-line)" in rule
+    css = "".join((ROOT / "static" / name).read_text() for name in ("app.css", "dashboard.css", "allocation.css"))
+    (up,) = re.findall(r"\.change-up \{ color: (#[0-9a-fA-F]+)", css)
+    (down,) = re.findall(r"\.change-down \{ color: (#[0-9a-fA-F]+)", css)
+    assert up.lower() != down.lower() and up.lower() not in {"#1a7f37", "#009e73", "#2da44e"}
+    assert not re.search(r"\.(cost-up|up)\s*\{", css)  # no second way of marking a rise

@@ -26,4 +26,4 @@ async def test_invoice_impact_shows_currency_and_marks_increases(client, session
     impact = page.text.split('id="price-title"', 1)[1].split("</table>", 1)[0]
     rows = impact.split("<tr>")[2:]  # after the header row
     assert rows and all(row.count(" USD</td>") == 3 for row in rows)  # before, after, difference
-    assert all('<td class="up">+' in row for row in rows)  # each increase marked (.up: the error red)
+    assert all('<td class="change-up">+' in row for row in rows)  # each increase marked, never green
