@@ -72,7 +72,7 @@ def test_views_render_with_data_and_keyboard(portal, sessions, console):
     page.goto(f"{base}/fleet")
     cells = page.locator(".heat-cell[title*='%']").count()
     assert cells >= len(portal["months"]) * 3  # three pools, at least one ingested day each
-    assert page.get_by_text("no measurement").first.is_visible()
+    assert page.get_by_text("no measurement").count() == 0  # memory headroom is measured from stored FB_USED peaks
     shot(page, "fleet")
 
     page.goto(f"{base}/tenants")
