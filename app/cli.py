@@ -13,8 +13,11 @@ from app.review.impact import configured_latency_buckets
 from app.web.cli import app as web_app
 
 # Policy validation runs below metrics: the red-line bucket source is handed down from here.
+# Tasks the worker runs after each ingestion round (outbox deliveries): each domain above metrics adds its own.
+WORKER_TASKS: list = []
 app = typer.Typer(help="GPU co-location chargeback portal", no_args_is_help=True,
-                  context_settings={"obj": {"latency_buckets": configured_latency_buckets}})
+                  context_settings={"obj": {"latency_buckets": configured_latency_buckets,
+                                            "worker_tasks": WORKER_TASKS}})
 db_app = typer.Typer(help="Database schema", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(policy_app, name="policy")

@@ -7,6 +7,7 @@ from sqlmodel import SQLModel
 import app.auth.models
 import app.billing.models
 import app.core.audit
+import app.core.events
 import app.http.idempotency
 import app.metrics.models
 import app.policy.models

@@ -32,6 +32,7 @@ from app.billing.rating import rate_period
 from app.billing.types import PLATFORM, ChargeLine, RatingResult
 from app.core.audit import record
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
+from app.core.events import emit
 from app.core.settings import get_settings
 from app.core.timeutil import SECONDS_PER_HOUR, from_epoch, hours_between, utcnow
 from app.metrics.models import IngestHour, IngestStatus, PoolHourRollup, UsageRollup
@@ -170,6 +171,9 @@ def close(
             **hashes,
         },
     )
+    emit(session=session, type="period.finalized", key=f"period.finalized:{p.month}",
+         payload={"period": p.month, "revision": row.revision, "total": str(total),
+                  "finalized_at": row.finalized_at, "finalized_by": actor, "sha256": hashes})
     return row
 
 

@@ -88,6 +88,7 @@ def ingest(
 
 @app.command("worker")
 def worker(
+    ctx: typer.Context,
     once: bool = typer.Option(False, "--once", help="one round, then exit"),
     poll_seconds: float = typer.Option(60.0, "--poll-seconds", help="seconds between rounds"),
     backfill_start: str | None = typer.Option(None, "--backfill-start", help="ingest from this time on (ISO 8601)"),
@@ -98,7 +99,10 @@ def worker(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     start = _when(backfill_start, "--backfill-start") if backfill_start else None
-    report = run_worker(once=once, poll_seconds=poll_seconds, backfill_start=start, backfill_hours=backfill_hours)
+    # Deliveries of the event outbox (webhooks, e-mail, budgets) live above metrics: app/cli.py hands them in.
+    tasks = (ctx.obj or {}).get("worker_tasks", ())
+    report = run_worker(once=once, poll_seconds=poll_seconds, backfill_start=start, backfill_hours=backfill_hours,
+                        tasks=tasks)
     typer.echo(f"ingested {len(report.ingested)} hours, {len(report.gaps)} gaps, {len(report.skipped)} skipped")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -120,12 +120,29 @@ def run_once(*, engine: Engine, source: MetricsSource, settings: Settings, now: 
     return report
 
 
+WorkerTask = Callable[[Engine, datetime], object]
+
+
+def run_tasks(tasks: Sequence[WorkerTask], *, engine: Engine, now: datetime) -> None:
+    """Run each task once; one failing task (a webhook receiver down, SMTP refusing) never stops the others."""
+    for task in tasks:
+        try:
+            task(engine, now)
+        except Exception:
+            log.exception("worker task %s failed", getattr(task, "__name__", task))
+
+
 def run_worker(*, engine: Engine | None = None, source: MetricsSource | None = None, settings: Settings | None = None,
                once: bool = False, poll_seconds: float = 60, backfill_start: datetime | None = None,
                backfill_hours: int = 24, batch_hours: int = 24, now: Callable[[], datetime] = utcnow,
                stop: threading.Event | None = None,
-               progress: Callable[[datetime, str], None] | None = None) -> WorkerReport:
-    """Ingest finished hours until stopped (or one round with `once`); returns what this worker did."""
+               progress: Callable[[datetime, str], None] | None = None,
+               tasks: Sequence[WorkerTask] = ()) -> WorkerReport:
+    """Ingest finished hours until stopped (or one round with `once`); returns what this worker did.
+
+    After each ingestion round the worker runs `tasks` (deliveries of the event outbox: webhooks,
+    e-mail, budget checks), which higher layers hand in: this module cannot import them.
+    """
     settings = settings or get_settings()
     engine = engine or get_engine()
     if source is None:
@@ -144,6 +161,7 @@ def run_worker(*, engine: Engine | None = None, source: MetricsSource | None = N
             # A database hiccup must not end the worker: log it and try again next round.
             log.exception("ingestion round failed")
             done = WorkerReport(rounds=1)
+        run_tasks(tasks, engine=engine, now=now())
         total.ingested += done.ingested
         total.gaps += done.gaps
         total.skipped += done.skipped

@@ -16,6 +16,7 @@ from app.billing.pricing import MissingPrice
 from app.billing.types import PLATFORM, LineKind
 from app.core.audit import AuditEntry
 from app.core.errors import Conflict, Invalid, NotFound
+from app.core.events import events_after
 from tests.support.billing import A100, add_hour, fill_month, policy_doc, store_policy
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
@@ -126,6 +127,9 @@ def test_close_finalizes_with_export_hashes_and_then_refuses(session):
     assert row.hours_ok == row.hours_expected == 744
     for fmt, stored in (("csv", row.csv_sha256), ("focus", row.focus_sha256), ("pdf", row.pdf_sha256)):
         assert hashlib.sha256(exports.render(session=session, period=row, fmt=fmt)).hexdigest() == stored
+    finalized = [e for e in events_after(session=session, after=None, types=("period.finalized",))
+                 if e.data["period"] == "2026-10"]
+    assert len(finalized) == 1 and finalized[0].data["sha256"]["pdf"] == row.pdf_sha256
     with pytest.raises(Conflict) as err:
         periods.close(session=session, period="2026-10", actor="fin")
     assert err.value.status == 409
