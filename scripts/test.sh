@@ -62,16 +62,20 @@ fi
 log "ruff (lint: configured in pyproject.toml)"
 .venv/bin/ruff check app tests benchmarks scripts migrations
 
-log "pytest: everything but the browser (PostgreSQL: $CHARGEBACK_TEST_PG_URL)"
+# A base temporary directory of this run's own: pytest keeps only the newest three under /tmp/pytest-of-$USER
+# and deletes older ones, which would pull files from under another pytest running at the same time.
+BASETEMP=$(mktemp -d /tmp/chargeback-pytest.XXXXXX)
+log "pytest: everything but the browser, two processes (pytest-xdist; PostgreSQL: $CHARGEBACK_TEST_PG_URL)"
 run_pytest() {
   local rc=0
-  .venv/bin/python -m pytest -q "$@" || rc=$?
+  .venv/bin/python -m pytest -q --basetemp "$BASETEMP/$1" "${@:2}" || rc=$?
   # Exit 5 means the selection held no test (e.g. a -k matching only the other half): not a failure.
   [ "$rc" -eq 5 ] && rc=0
   return "$rc"
 }
 status=0
-run_pytest -m "not browser" "$@" || status=$?
+run_pytest rest -n 2 -m "not browser" "$@" || status=$?
 log "pytest: the browser tests (headless /usr/bin/chromium)"
-run_pytest -m browser "$@" || status=$?
+run_pytest browser -m browser "$@" || status=$?
+rm -rf "$BASETEMP"
 exit "$status"

@@ -114,7 +114,8 @@ def test_close_state_reads_gaps_stale_rating_corrections_and_unattributed_breach
     # an hour ingested after the rating makes the draft stale
     add_hour(session, hour=OCT1 + timedelta(hours=6), version=v.id, breaches=())
     session.flush()
-    session.get(IngestHour, OCT1 + timedelta(hours=6)).ingested_at = rated.rated_at + timedelta(seconds=1)
+    # 1 µs after the rating: the re-rating below must come after it however fast the test runs
+    session.get(IngestHour, OCT1 + timedelta(hours=6)).ingested_at = rated.rated_at + timedelta(microseconds=1)
     session.flush()
     stale = close_state(session=session, period=p, now=NOW)
     assert stale.coverage.ok == 742 and item(stale, "rating").status == ItemStatus.ATTENTION
