@@ -68,7 +68,10 @@ def installed(wheel, tmp_path_factory) -> Iterator[Installed]:
     """`python -m venv` + `pip install the.whl`, as the Dockerfile's final stage does (dependencies from the index)."""
     venv = tmp_path_factory.mktemp("venv") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    installed = Installed(venv=venv)
+    # Without PYTHONPATH: a checkout on it (its .egg-info) would make pip skip the wheel as already installed.
     done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=installed.env())
     assert done.returncode == 0, done.stdout + done.stderr
-    yield Installed(venv=venv)
+    assert (venv / "bin" / "chargeback").exists(), done.stdout + done.stderr
+    yield installed
