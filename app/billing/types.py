@@ -7,10 +7,10 @@ from decimal import Decimal
 from enum import StrEnum
 
 from app.metrics.types import BreachMinute, ModelEnergy, UsageRow
+from app.policy.document import PLATFORM as PLATFORM  # re-exported: the platform statement's account
 from app.policy.document import PolicyDocument
 
 QUANTITY = Decimal("0.000001")  # quantities and hours to six places: the stored Numeric(20, 6) scale
-PLATFORM = "platform"  # the account that receives the platform statement and unallocated use
 
 
 class LineKind(StrEnum):

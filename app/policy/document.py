@@ -14,6 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field
 WorkloadClass = Literal["inference", "training", "preprocessing"]
 UNALLOCATED = "unallocated"
 UNPOOLED = "unpooled"  # the pool of GPUs on nodes no policy pool names: shown, never priced
+PLATFORM = "platform"  # the account of the platform statement (unallocated use, SLA penalties' other side)
+# Tenant names that other things already mean: a tenant so named would share their invoice or address.
+RESERVED_TENANT_NAMES = {
+    UNALLOCATED: "use no tenant claims",
+    PLATFORM: "the platform statement",
+    "report": "the monthly report (/billing/<month>/report)",
+}
 
 
 class Strict(BaseModel):

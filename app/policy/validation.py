@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo
 
 from app.core.errors import FieldError
 from app.policy import gpus
-from app.policy.document import UNALLOCATED, UNPOOLED, PolicyDocument, Pool
+from app.policy.document import RESERVED_TENANT_NAMES, UNPOOLED, PolicyDocument, Pool
 from app.policy.paths import item_paths, named, path_of
 from app.policy.red_lines import red_line_finding
 
@@ -140,8 +140,8 @@ def _tenants(doc: PolicyDocument, report: _Report) -> None:
         if tenant.name in names:
             report.error(path_of(at[i], "name"), f"duplicate tenant name '{tenant.name}' (first at tenants[{names[tenant.name]}])")
         names.setdefault(tenant.name, i)
-        if tenant.name == UNALLOCATED:
-            report.error(path_of(at[i], "name"), f"'{UNALLOCATED}' is reserved for use no tenant claims")
+        if tenant.name in RESERVED_TENANT_NAMES:
+            report.error(path_of(at[i], "name"), f"'{tenant.name}' is reserved for {RESERVED_TENANT_NAMES[tenant.name]}")
         for k, ns in enumerate(tenant.namespaces):
             if ns in owner:
                 other = owner[ns]

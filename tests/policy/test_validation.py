@@ -137,6 +137,15 @@ CASES = {
         lambda d: d["tenants"].append({"name": "unallocated", "department": "x", "class": "training"}),
         [("tenants[unallocated].name", "'unallocated' is reserved for use no tenant claims")],
     ),
+    # The platform statement's account, and the monthly report's address /billing/<month>/report.
+    "tenant-named-platform": (
+        lambda d: d["tenants"].append({"name": "platform", "department": "x", "class": "training"}),
+        [("tenants[platform].name", "'platform' is reserved for the platform statement")],
+    ),
+    "tenant-named-report": (
+        lambda d: d["tenants"].append({"name": "report", "department": "x", "class": "training"}),
+        [("tenants[report].name", "'report' is reserved for the monthly report (/billing/<month>/report)")],
+    ),
     "duplicate-pool": (
         lambda d: d["pools"].append({"name": "mixed-a100", "nodes": ["gpu-h100-01"]}),
         [("pools[1].name", "duplicate pool name 'mixed-a100' (first at pools[0])")],

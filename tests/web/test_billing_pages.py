@@ -25,7 +25,7 @@ def test_pages_show_periods_invoices_and_statement(api, fresh_engine):
     page = api.get("/billing/2026-10", headers=HTML)
     assert page.status_code == 200
     for text in ("Billing period 2026-10", "rated", "/billing/2026-10/vision", "Platform statement", "Every cent billed?",
-                 "Cost of the pool (capacity × price)", "format=focus", "Review and finalize 2026-10", "Before you finalize"):
+                 "Cost of the pool (capacity × price, USD)", "format=focus", "Review and finalize 2026-10", "Before you finalize"):
         assert text in page.text, text
 
     invoice = api.get("/billing/2026-10/vision", headers=HTML)
