@@ -6,6 +6,8 @@ control case, the same token done right, passes, so each refusal is about that o
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import threading
 import time
@@ -116,7 +118,9 @@ def test_the_authorization_url_carries_state_nonce_and_an_s256_challenge(issuer,
     query = {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
     assert url.startswith(f"{issuer.url}/authorize?")
     assert (query["state"], query["nonce"]) == (pending.state, pending.nonce)
-    assert query["code_challenge_method"] == "S256" and query["code_challenge"] != pending.verifier
+    digest = hashlib.sha256(pending.verifier.encode()).digest()
+    assert query["code_challenge_method"] == "S256"
+    assert query["code_challenge"] == base64.urlsafe_b64encode(digest).decode().rstrip("=")
     assert query["response_type"] == "code" and query["client_id"] == CLIENT_ID and query["redirect_uri"] == REDIRECT
     assert oidc.unseal(settings, oidc.seal(settings, pending)) == pending
     assert oidc.unseal(settings, oidc.seal(settings, pending)[:-2] + "xx") is None
