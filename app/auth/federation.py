@@ -12,11 +12,13 @@ Changes go through the user service, so each is audit-logged (actor "oidc"). Acc
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
 from collections.abc import Iterable
 
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
@@ -27,6 +29,7 @@ from app.core.timeutil import utcnow
 
 log = logging.getLogger("app.auth.oidc")
 ACTOR = "oidc"
+_LOCK_KEY = int.from_bytes(hashlib.sha256(b"oidc-sign-in").digest()[:8], "big", signed=True)
 _NOT_NAME_CHARS = re.compile(r"[^A-Za-z0-9._@-]+")
 
 
@@ -74,15 +77,22 @@ def _name_for(session: Session, claims: dict) -> str:
     raise SignInRefused("No user name could be derived from the identity provider's claims.")
 
 
-def _write_lock(session: Session) -> None:
-    """The callback is a GET (the provider redirects there), so SQLite's write lock is taken here, up front."""
-    if isinstance(session.bind, Engine) and session.bind.dialect.name == "sqlite" and not session.in_transaction():
+def _one_sign_in_at_a_time(session: Session) -> None:
+    """Serialize single sign-ons until the caller commits: two first sign-ins (one subject twice, or one name) never race.
+
+    PostgreSQL: a transaction-scoped advisory lock. SQLite: the write lock, taken at BEGIN (the callback is a
+    GET, which the request unit of work would otherwise begin as a reader).
+    """
+    bind = session.get_bind()
+    if bind.dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+    elif isinstance(session.bind, Engine) and not session.in_transaction():
         session.connection(execution_options={"sqlite_immediate": True})
 
 
 def sign_in(*, session: Session, issuer: str, claims: dict, settings: Settings) -> User:
     """The user for verified ID token `claims`: created, re-mapped, or refused (SignInRefused)."""
-    _write_lock(session)
+    _one_sign_in_at_a_time(session)
     subject = str(claims["sub"])
     groups = groups_of(claims, settings)
     role, tenants = map_groups(groups, settings)
