@@ -130,3 +130,8 @@ def sign_in(*, session: Session, issuer: str, claims: dict, settings: Settings) 
     session.flush()
     log.info("oidc sign-in: user=%r role=%s tenants=%s", user.name, role, tenants)
     return user
+
+
+def sso_user_ids(*, session: Session) -> set[int]:
+    """The users who sign in through the provider (the admin page marks them: their groups decide role and tenants)."""
+    return set(session.exec(select(OidcIdentity.user_id)))

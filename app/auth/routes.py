@@ -195,7 +195,8 @@ def logout(request: Request, session: SessionDep, csrf_token: Annotated[str, For
 def _users_page(request: Request, session, *, message: str = "", status_code: int = 200) -> Response:
     users = service.list_users(session=session)
     return render(request, "admin/users.html",
-                  {"title": "Users", "users": users, "roles": ROLES, "message": message}, status_code=status_code)
+                  {"title": "Users", "users": users, "roles": ROLES, "message": message,
+                   "sso_users": federation.sso_user_ids(session=session)}, status_code=status_code)
 
 
 @web.get("/admin/users")

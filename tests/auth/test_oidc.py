@@ -8,6 +8,7 @@ no session, and the local form still working.
 from __future__ import annotations
 
 import json
+import re
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -17,7 +18,7 @@ from app.auth import sessions
 from app.auth.models import AuthSession, OidcIdentity, User
 from app.core.audit import AuditEntry
 from tests.support.oidc import authorize_at_provider, set_claims, sso_sign_in
-from tests.support.routes import make_user, page_csrf
+from tests.support.routes import make_user, page_csrf, sign_in
 from tests.support.server import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("fast_hashing")]
@@ -70,6 +71,12 @@ async def test_first_sign_in_creates_a_tenant_member_who_sees_only_its_tenant(cl
     assert (await client.get("/api/v1/tenants/search")).status_code == 404
     assert (await client.get("/billing/2026-10/search")).status_code == 404
     assert (await client.get("/fleet")).status_code == 403
+    admin = make_user(session, "ada", "admin")
+    client.cookies.clear()
+    sign_in(client, session, admin)
+    listing = (await client.get("/admin/users")).text
+    assert re.search(r"vera\s*<span[^>]*>single sign-on</span>", listing)
+    assert not re.search(r"ada\s*<span[^>]*>single sign-on", listing)
 
 
 async def test_groups_are_re_evaluated_at_every_sign_in(client, session, oidc_provider, sso_settings):
