@@ -78,7 +78,7 @@ def _name_for(session: Session, claims: dict) -> str:
 
 
 def _one_sign_in_at_a_time(session: Session) -> None:
-    """Serialize single sign-ons until the caller commits: two first sign-ins (one subject twice, or one name) never race.
+    """Serialize single sign-ons until the caller commits: first sign-ins (one subject twice, one name) never race.
 
     PostgreSQL: a transaction-scoped advisory lock. SQLite: the write lock, taken at BEGIN (the callback is a
     GET, which the request unit of work would otherwise begin as a reader).

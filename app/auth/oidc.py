@@ -1,10 +1,11 @@
 """OpenID Connect sign-in: the authorization code flow with PKCE (S256), state and nonce.
 
-authlib builds the authorization URL (with the S256 code challenge) and the token request, which httpx
-sends (client_secret_basic; authlib's own httpx client is left out, it is moving to another HTTP library); joserfc verifies the
-ID token against the provider's JWKS: signature (asymmetric algorithms only), iss, aud (and azp when
-there are several audiences), exp, iat and nonce. The provider's discovery document and keys are cached
-for DISCOVERY_TTL; a token signed with a key id the cache does not hold refetches the keys once (rotation).
+authlib builds the authorization URL (with the S256 code challenge) and the token request; httpx sends it
+(client_secret_basic; authlib's own httpx client is left out: it is moving to another HTTP library).
+joserfc verifies the ID token against the provider's JWKS: signature (asymmetric algorithms only), iss,
+aud (and azp when there are several audiences), exp, iat and nonce. The provider's discovery document
+and keys are cached for DISCOVERY_TTL_S; a token signed with a key id the cache does not hold refetches
+the keys once (rotation).
 
 Between the redirect to the provider and its redirect back, the flow's secrets (state, nonce, PKCE
 verifier, the page to return to) ride in a short-lived cookie signed with Settings.secret_key, bound to

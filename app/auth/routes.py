@@ -137,7 +137,7 @@ def _unavailable(request: Request, exc: Exception) -> Response:
 
 @web.get("/auth/oidc/login")
 def oidc_login(request: Request, next: str = "/") -> Response:
-    """Start single sign-on: remember state, nonce and PKCE verifier in a signed cookie, send the browser to the provider."""
+    """Start single sign-on: state, nonce and PKCE verifier into a signed cookie, the browser to the provider."""
     settings = get_settings()
     if not settings.oidc_enabled:
         raise NotFound("Single sign-on is not configured")

@@ -1,4 +1,4 @@
-"""Single sign-on end to end over HTTP: the portal (ASGI, both databases) against a live OpenID Connect provider process.
+"""Single sign-on end to end over HTTP: the portal (ASGI, both databases) against a live OpenID Connect provider.
 
 Users are created at their first sign-in, their role and tenants follow the groups claim at every sign-in,
 and a provider that is down or a sign-in that does not check out ends on the sign-in page with the reason,

@@ -1,4 +1,4 @@
-"""ID tokens that must not sign anyone in: keys generated here, discovery, JWKS and token endpoint served over real HTTP.
+"""ID tokens that must not sign anyone in: keys generated here; discovery, JWKS and token endpoint over real HTTP.
 
 Each case hands `oidc.finish` (and once the callback route) a token that is wrong in one way only; the
 control case, the same token done right, passes, so each refusal is about that one defect.

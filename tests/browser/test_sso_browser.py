@@ -43,7 +43,8 @@ def test_sign_in_with_the_provider_lands_on_the_dashboard_as_a_mapped_member(sso
                groups=["tenant:vision", "everyone"])
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     # The provider's page links a stylesheet on a CDN; this machine has no internet: an empty one stands in.
-    context.route("https://cdn.jsdelivr.net/**", lambda route: route.fulfill(status=200, content_type="text/css", body=""))
+    context.route("https://cdn.jsdelivr.net/**",
+                  lambda route: route.fulfill(status=200, content_type="text/css", body=""))
     try:
         page = context.new_page()
         console.watch(page, "sso")
