@@ -19,7 +19,7 @@ from tests.support.databases import (
 from tests.support.markers import MARKING_FIXTURES
 
 # The route harness and the scenario's Prometheus, for every directory.
-pytest_plugins = ["tests.support.routes", "tests.support.ingest"]
+pytest_plugins = ["tests.support.routes", "tests.support.ingest", "tests.support.oidc"]
 
 
 def _fixtures_used(item) -> set[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Index
+from sqlalchemy import Column, Index, Text
 from sqlmodel import Field, SQLModel
 
 import app.core.models  # noqa: F401  (naming convention)
@@ -74,3 +74,22 @@ class LoginAttempt(SQLModel, table=True):
     ip: str
     at: datetime
     ok: bool
+
+
+class OidcIdentity(SQLModel, table=True):
+    """A user signed in through OpenID Connect, known by the provider's (issuer, subject), never by name.
+
+    `groups` is the groups claim of the last sign-in; `suspended` marks an account that sign-in itself
+    deactivated (no group mapped any more), which a later sign-in with a mapped group reactivates. An
+    account an admin deactivated stays deactivated.
+    """
+
+    __tablename__ = "oidc_identity"
+
+    issuer: str = Field(primary_key=True)
+    subject: str = Field(primary_key=True)
+    user_id: int = Field(foreign_key="app_user.id", unique=True, ondelete="CASCADE")
+    groups: str = Field(default="[]", sa_column=Column(Text, nullable=False))  # JSON list
+    suspended: bool = False
+    created_at: datetime
+    last_login_at: datetime

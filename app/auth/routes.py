@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Annotated
 
@@ -9,18 +10,27 @@ from fastapi import APIRouter, Form, Request
 from pydantic import BaseModel, Field
 from starlette.responses import RedirectResponse, Response
 
-from app.auth import service, tokens
+from app.auth import federation, oidc, service, tokens
 from app.auth.deps import Admin, CurrentUser, IdempotencyDep
 from app.auth.models import ROLES, SCOPES, ApiToken
-from app.auth.sessions import SESSION_COOKIE, clear_session_cookie, csrf_valid, set_session_cookie, unsign_session_id
+from app.auth.sessions import (
+    SESSION_COOKIE,
+    clear_session_cookie,
+    csrf_valid,
+    is_https,
+    set_session_cookie,
+    unsign_session_id,
+)
 from app.core.deps import SessionDep
-from app.core.errors import AppError
+from app.core.errors import AppError, NotFound
+from app.core.settings import get_settings
 from app.core.timeutil import utcnow
 from app.http.htmx import is_htmx
 from app.http.pagination import CursorQuery, IdPath, LimitQuery, Page, paginate
 from app.http.responses import json_response
 from app.http.templating import render
 
+log = logging.getLogger("app.auth")
 web = APIRouter(include_in_schema=False)
 api = APIRouter(tags=["tokens"])
 
@@ -46,12 +56,32 @@ def _after_post(request: Request, location: str) -> Response:
 # ---- sign in / out ----------------------------------------------------------------------------
 
 
+def _login_page(request: Request, *, next_url: str, username: str = "", message: str = "", status_code: int = 200,
+                headers: dict[str, str] | None = None) -> Response:
+    settings = get_settings()
+    context = {"next_url": next_url, "username": username, "message": message,
+               "sso_name": settings.oidc_provider_name if settings.oidc_enabled else "",
+               "local_login": settings.local_login_enabled}
+    return render(request, "auth/login.html", context, status_code=status_code, block=None, headers=headers)
+
+
+def _signed_in(request: Request, session, user, next_url: str) -> Response:
+    """A fresh session for `user` (ending the one the browser had) and the redirect to `next_url`."""
+    previous = unsign_session_id(request.cookies.get(SESSION_COOKIE))
+    if previous:  # a fresh id on every sign-in: a session id planted before login is worthless after it
+        service.end_session(session=session, session_id=previous)
+    session_id = service.start_session(session=session, user=user)
+    response = RedirectResponse(next_url, status_code=303)
+    set_session_cookie(response, request, session_id)
+    return response
+
+
 @web.get("/login")
 def login_page(request: Request, session: SessionDep, next: str = "/") -> Response:
     session_id = unsign_session_id(request.cookies.get(SESSION_COOKIE))
     if session_id and service.principal_for_session(session=session, session_id=session_id):
         return RedirectResponse(_safe_next(next), status_code=303)
-    return render(request, "auth/login.html", {"next_url": _safe_next(next), "username": "", "message": ""}, block=None)
+    return _login_page(request, next_url=_safe_next(next))
 
 
 @web.post("/login")
@@ -63,7 +93,7 @@ def login(
     next: Annotated[str, Form()] = "/",
     csrf_token: Annotated[str, Form()] = "",
 ) -> Response:
-    context = {"next_url": _safe_next(next), "username": username}
+    next_url = _safe_next(next)
     if not csrf_valid(request, csrf_token):
         raise AppError(detail="The sign-in form expired; reload the page and try again", status=403, title="Forbidden")
     result = service.authenticate(session=session, name=username.strip(), password=password, ip=_client_ip(request))
@@ -71,16 +101,78 @@ def login(
         if result.locked_until is not None:
             wait = max(1, int((result.locked_until - utcnow()).total_seconds()))
             message = f"Too many failed sign-ins. Try again in {(wait + 59) // 60} minutes."
-            return render(request, "auth/login.html", {**context, "message": message}, status_code=429,
-                          block=None, headers={"Retry-After": str(wait)})
-        return render(request, "auth/login.html", {**context, "message": "Wrong user name or password."},
-                      status_code=401, block=None)
-    previous = unsign_session_id(request.cookies.get(SESSION_COOKIE))
-    if previous:  # a fresh id on every sign-in: a session id planted before login is worthless after it
-        service.end_session(session=session, session_id=previous)
-    session_id = service.start_session(session=session, user=result.user)
-    response = RedirectResponse(_safe_next(next), status_code=303)
-    set_session_cookie(response, request, session_id)
+            return _login_page(request, next_url=next_url, username=username, message=message, status_code=429,
+                               headers={"Retry-After": str(wait)})
+        return _login_page(request, next_url=next_url, username=username, message="Wrong user name or password.",
+                           status_code=401)
+    settings = get_settings()
+    # Checked after the password, so the answer tells only someone who knows it which accounts are break-glass.
+    if not settings.local_login_enabled and result.user.name not in settings.break_glass():
+        return _login_page(request, next_url=next_url, username=username, status_code=403,
+                           message=f"Local sign-in is disabled for this account; sign in with "
+                                   f"{settings.oidc_provider_name}.")
+    return _signed_in(request, session, result.user, next_url)
+
+
+# ---- single sign-on (OpenID Connect) ----------------------------------------------------------
+
+
+def _redirect_uri(request: Request) -> str:
+    return get_settings().oidc_redirect_url or str(request.url_for("oidc_callback"))
+
+
+def _sso_error(request: Request, message: str, status_code: int) -> Response:
+    """The sign-in page with the reason: a provider problem never blocks the local (break-glass) form."""
+    response = _login_page(request, next_url="/", message=message, status_code=status_code)
+    response.delete_cookie(oidc.FLOW_COOKIE, path="/auth/oidc/")
+    return response
+
+
+def _unavailable(request: Request, exc: Exception) -> Response:
+    log.warning("oidc provider unavailable: %s", exc)
+    name = get_settings().oidc_provider_name
+    return _sso_error(request, f"Sign-in with {name} is not available right now: the identity provider could not "
+                               "be reached. Try again in a few minutes, or use a local account.", 503)
+
+
+@web.get("/auth/oidc/login")
+def oidc_login(request: Request, next: str = "/") -> Response:
+    """Start single sign-on: state, nonce and PKCE verifier into a signed cookie, the browser to the provider."""
+    settings = get_settings()
+    if not settings.oidc_enabled:
+        raise NotFound("Single sign-on is not configured")
+    try:
+        url, pending = oidc.start(settings, redirect_uri=_redirect_uri(request), next_url=_safe_next(next))
+    except oidc.OidcUnavailable as exc:
+        return _unavailable(request, exc)
+    response = RedirectResponse(url, status_code=303)
+    response.set_cookie(oidc.FLOW_COOKIE, oidc.seal(settings, pending), max_age=oidc.FLOW_LIFETIME_S, httponly=True,
+                        samesite="lax", secure=is_https(request), path="/auth/oidc/")
+    return response
+
+
+@web.get("/auth/oidc/callback", name="oidc_callback")
+def oidc_callback(request: Request, session: SessionDep) -> Response:
+    """The provider sends the browser back here: verify everything, map the groups, open a session."""
+    settings = get_settings()
+    if not settings.oidc_enabled:
+        raise NotFound("Single sign-on is not configured")
+    pending = oidc.unseal(settings, request.cookies.get(oidc.FLOW_COOKIE))
+    if pending is None:
+        return _sso_error(request, "This sign-in expired or was started in another browser; start it again.", 400)
+    try:
+        claims = oidc.finish(settings, pending=pending, params=dict(request.query_params),
+                             redirect_uri=_redirect_uri(request))
+        user = federation.sign_in(session=session, issuer=claims["iss"], claims=claims, settings=settings)
+    except oidc.OidcUnavailable as exc:
+        return _unavailable(request, exc)
+    except oidc.OidcRejected as exc:
+        log.warning("oidc sign-in rejected: %s", exc)
+        return _sso_error(request, f"Sign-in with {settings.oidc_provider_name} failed. {exc}", 401)
+    except federation.SignInRefused as exc:
+        return _sso_error(request, str(exc), 403)
+    response = _signed_in(request, session, user, pending.next_url)
+    response.delete_cookie(oidc.FLOW_COOKIE, path="/auth/oidc/")
     return response
 
 
@@ -103,7 +195,8 @@ def logout(request: Request, session: SessionDep, csrf_token: Annotated[str, For
 def _users_page(request: Request, session, *, message: str = "", status_code: int = 200) -> Response:
     users = service.list_users(session=session)
     return render(request, "admin/users.html",
-                  {"title": "Users", "users": users, "roles": ROLES, "message": message}, status_code=status_code)
+                  {"title": "Users", "users": users, "roles": ROLES, "message": message,
+                   "sso_users": federation.sso_user_ids(session=session)}, status_code=status_code)
 
 
 @web.get("/admin/users")

@@ -52,6 +52,35 @@ class Settings(BaseSettings):
     password_hash_concurrency: int = 2
     # Failed sign-ins from one address, across user names, within the lockout window before it is refused.
     login_failures_per_address: int = 20
+    # Single sign-on (OpenID Connect, app/auth/oidc.py). Unset issuer: no "Sign in with ..." button.
+    oidc_issuer: str | None = None  # discovery at <issuer>/.well-known/openid-configuration
+    oidc_client_id: str = ""
+    oidc_client_secret: str = ""
+    oidc_scopes: str = "openid profile email groups"
+    oidc_provider_name: str = "single sign-on"  # the button reads "Sign in with <name>"
+    # Set when the portal sits behind a proxy that rewrites the host; default: derived from the request.
+    oidc_redirect_url: str | None = None
+    oidc_timeout_s: float = 10.0
+    # The ID token claim listing the user's groups, and how groups map to roles and tenants.
+    oidc_groups_claim: str = "groups"
+    oidc_role_map: str = ""  # "gpu-admins=admin,gpu-finance=finance,gpu-ops=operator,gpu-review=reviewer"
+    oidc_tenant_prefix: str = "tenant:"  # group "tenant:vision" -> member of tenant vision
+    oidc_default_role: str = ""  # a role for users no group maps; empty: such a sign-in is refused
+    # Local (password) sign-in: off leaves only the break-glass accounts named here able to use it.
+    local_login_enabled: bool = True
+    break_glass_users: str = ""  # comma list of local user names
+
+    @property
+    def oidc_enabled(self) -> bool:
+        return bool(self.oidc_issuer and self.oidc_client_id)
+
+    def oidc_roles_by_group(self) -> dict[str, str]:
+        """oidc_role_map as {group: role}."""
+        pairs = (item.split("=", 1) for item in self.oidc_role_map.split(",") if "=" in item)
+        return {group.strip(): role.strip() for group, role in pairs if group.strip()}
+
+    def break_glass(self) -> frozenset[str]:
+        return frozenset(name.strip() for name in self.break_glass_users.split(",") if name.strip())
 
     @field_validator("billing_timezone")
     @classmethod
@@ -64,6 +93,20 @@ class Settings(BaseSettings):
         if self.environment != "development" and is_placeholder_secret(self.secret_key):
             raise ValueError("CHARGEBACK_SECRET_KEY must be set to a random value outside development "
                              "(the development default and sample placeholders are refused)")
+        return self
+
+    @model_validator(mode="after")
+    def _oidc_consistent(self) -> Settings:
+        from_roles = {"admin", "operator", "reviewer", "finance", "viewer"}  # app.auth.models.ROLES less "tenant"
+        unknown = sorted({r for r in self.oidc_roles_by_group().values() if r not in from_roles})
+        if unknown:
+            raise ValueError(f"CHARGEBACK_OIDC_ROLE_MAP maps groups to unknown roles: {', '.join(unknown)} "
+                             f"(use {', '.join(sorted(from_roles))}; tenants come from CHARGEBACK_OIDC_TENANT_PREFIX)")
+        if self.oidc_default_role and self.oidc_default_role not in from_roles:
+            raise ValueError(f"CHARGEBACK_OIDC_DEFAULT_ROLE {self.oidc_default_role!r} is not one of "
+                             f"{', '.join(sorted(from_roles))} (or empty: refuse users no group maps)")
+        if self.oidc_issuer and self.environment != "development" and not self.oidc_issuer.startswith("https://"):
+            raise ValueError("CHARGEBACK_OIDC_ISSUER must be an https URL outside development")
         return self
 
     @property

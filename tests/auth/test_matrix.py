@@ -9,11 +9,14 @@ gets 403, and an anonymous caller 401 (API) or a redirect to /login (pages).
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from app.auth import service, sessions
+from app.billing import periods
+from tests.support.billing import add_hour, store_policy
+from tests.support.oidc import set_claims, sso_sign_in
 from tests.support.routes import ROLES, app_routes, make_user, sign_in
 
 PUBLIC = "public"  # no sign-in needed
@@ -34,6 +37,8 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/login"): PUBLIC,
     ("POST", "/login"): PUBLIC,
     ("POST", "/logout"): PUBLIC,
+    ("GET", "/auth/oidc/login"): PUBLIC,  # single sign-on: starts at the provider, ends with a session
+    ("GET", "/auth/oidc/callback"): PUBLIC,
     ("GET", "/api/v1/me"): SIGNED_IN,
     ("GET", "/api/v1/tokens"): SIGNED_IN,
     ("POST", "/api/v1/tokens"): SIGNED_IN,
@@ -166,22 +171,16 @@ def _fill(path: str, params: dict[str, str]) -> str:
     return re.sub(r"\{(\w+)(:\w+)?\}", lambda m: params.get(m.group(1), "1"), path)
 
 
-@pytest.mark.anyio
-@pytest.mark.parametrize("caller", ["anonymous", *ROLES])
-async def test_matrix(client, session, caller):
-    users = {role: make_user(session, f"m-{role}", role) for role in ROLES}
-    target, _ = service.create_token(session=session, user=users["viewer"], scopes="read",
-                                     lifetime=timedelta(days=1), actor="test")
-    session.commit()
-    params = {"user_id": str(users["viewer"].id), "token_id": str(target.id)}
+async def _matrix_failures(client, session, caller: str, user, params: dict[str, str]) -> list[str]:
+    """Every route called as `user` (in the role `caller`; None: anonymous), against RULES."""
     failures = []
     for method, path in app_routes():
         rule = RULES[(method, path)]
         url = _fill(path, params)
         headers, kwargs = {}, {}
         client.cookies.clear()
-        if caller != "anonymous":
-            headers["X-CSRF-Token"] = sign_in(client, session, users[caller])
+        if user is not None:
+            headers["X-CSRF-Token"] = sign_in(client, session, user)
         else:  # a browser that has seen a page: public forms (sign-in) must still work
             client.cookies.set(sessions.CSRF_COOKIE, "anonymous-nonce", domain="portal.test")
             headers["X-CSRF-Token"] = sessions.csrf_token_for("anonymous-nonce", "")
@@ -203,7 +202,63 @@ async def test_matrix(client, session, caller):
                 failures.append(f"{method} {url}: anonymous should be sent to sign in, got {status}")
         elif not allowed and status != 403:
             failures.append(f"{method} {url}: {caller} should get 403, got {status}")
+    return failures
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("caller", ["anonymous", *ROLES])
+async def test_matrix(client, session, caller):
+    users = {role: make_user(session, f"m-{role}", role) for role in ROLES}
+    target, _ = service.create_token(session=session, user=users["viewer"], scopes="read",
+                                     lifetime=timedelta(days=1), actor="test")
+    session.commit()
+    params = {"user_id": str(users["viewer"].id), "token_id": str(target.id)}
+    failures = await _matrix_failures(client, session, caller, users.get(caller), params)
     assert not failures, "\n".join(failures)
+
+
+# Groups of the single sign-on tests' role map (tests/support/oidc.py), one per role, among unmapped ones.
+CLAIM_GROUPS = {"admin": "gpu-admins", "operator": "gpu-ops", "reviewer": "gpu-review", "finance": "gpu-finance",
+                "viewer": "gpu-staff", "tenant": "tenant:team-a"}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("role", ROLES)
+async def test_matrix_for_roles_mapped_from_claims(client, session, oidc_provider, sso_settings, role):
+    """A user created by single sign-on, its role taken from the groups claim, gets exactly its role's answers."""
+    sso_settings(oidc_provider)
+    set_claims(oidc_provider, f"claims-{role}", preferred_username=f"c-{role}",
+               groups=["everyone", CLAIM_GROUPS[role], "tenant-admins-mailing-list"])
+    assert (await sso_sign_in(client, f"claims-{role}")).status_code == 303
+    me = (await client.get("/api/v1/me")).json()
+    assert (me["roles"], me["tenants"]) == ([role], ["team-a"] if role == "tenant" else None)
+    user = service.get_user_by_name(session=session, name=f"c-{role}")
+    target, _ = service.create_token(session=session, user=user, scopes="read", lifetime=timedelta(days=1),
+                                     actor="test")
+    session.commit()
+    failures = await _matrix_failures(client, session, role, user, {"user_id": str(user.id),
+                                                                    "token_id": str(target.id)})
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.anyio
+async def test_member_mapped_from_a_claim_sees_only_its_tenant(client, session, oidc_provider, sso_settings):
+    """tenant:vision in the groups claim: vision's invoice and directory entry, every other tenant's a 404."""
+    version = store_policy(session)
+    add_hour(session, hour=datetime(2026, 10, 1, tzinfo=UTC), version=version.id)
+    periods.rate(session=session, period="2026-10", actor="test")
+    session.commit()
+    sso_settings(oidc_provider)
+    set_claims(oidc_provider, "claims-vision", preferred_username="c-vision", groups=["tenant:vision"])
+    assert (await sso_sign_in(client, "claims-vision")).status_code == 303
+    for own in ("/billing/2026-10/vision", "/api/v1/periods/2026-10/invoices/vision", "/api/v1/tenants/vision"):
+        assert (await client.get(own)).status_code == 200, own
+    for tenant in ("search", "etl"):
+        for path in (f"/billing/2026-10/{tenant}", f"/api/v1/periods/2026-10/invoices/{tenant}",
+                     f"/api/v1/tenants/{tenant}", f"/billing/2026-10/{tenant}/invoice.pdf"):
+            assert (await client.get(path)).status_code == 404, path
+    listed = (await client.get("/api/v1/periods/2026-10/invoices")).json()
+    assert [invoice["tenant"] for invoice in listed["invoices"]] == ["vision"]
 
 
 @pytest.mark.anyio
