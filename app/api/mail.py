@@ -5,24 +5,15 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path
-from pydantic import BaseModel, Field
 
+from app.api.schemas.mail import ContactsIn, ContactsOut
 from app.auth.deps import Finance
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
-from app.notify.mail_contacts import MAX_CONTACTS, contacts_of, replace_contacts, tenant_names
+from app.notify.mail_contacts import contacts_of, replace_contacts, tenant_names
 
 router = APIRouter(tags=["mail"])
 TenantPath = Annotated[str, Path(max_length=200)]
-
-
-class ContactsIn(BaseModel):
-    emails: list[Annotated[str, Field(max_length=320)]] = Field(max_length=MAX_CONTACTS * 5)
-
-
-class ContactsOut(BaseModel):
-    tenant: str
-    emails: list[str]
 
 
 @router.get("/tenants/{tenant}/contacts")
