@@ -19,23 +19,26 @@ _LOCAL = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`
 _LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 
 
-def address_problem(address: str) -> str | None:
-    """Why `address` is not a deliverable e-mail address (None when it is)."""
+def normalized_address(address: str) -> tuple[str | None, str | None]:
+    """(the address as mail servers take it, None) or (None, why it is not a deliverable address).
+
+    The domain is stored in its ASCII (IDNA) form, so sending never needs SMTPUTF8.
+    """
     if len(address) > 254:
-        return "at most 254 characters"
+        return None, "at most 254 characters"
     local, at, domain = address.rpartition("@")
     if not at or not local:
-        return "an address is name@domain"
+        return None, "an address is name@domain"
     if len(local) > 64 or not _LOCAL.fullmatch(local):
-        return "the part before @ has a character mail does not allow here"
+        return None, "the part before @ has a character mail does not allow here"
     try:
-        ascii_domain = domain.encode("idna").decode()
+        ascii_domain = domain.encode("idna").decode().lower()
     except UnicodeError:
-        return "the domain is not a valid host name"
+        return None, "the domain is not a valid host name"
     labels = ascii_domain.split(".")
     if len(labels) < 2 or not all(_LABEL.fullmatch(label) for label in labels):
-        return "the domain is not a valid host name (e.g. example.com)"
-    return None
+        return None, "the domain is not a valid host name (e.g. example.com)"
+    return f"{local}@{ascii_domain}", None
 
 
 def tenant_names(session: Session) -> set[str]:
@@ -68,12 +71,11 @@ def replace_contacts(*, session: Session, tenant: str, emails: list[str], actor:
         errors.append(FieldError(path, f"at most {MAX_CONTACTS} contacts per tenant"))
     cleaned: list[str] = []
     for i, raw in enumerate(emails):
-        address = raw.strip()
-        problem = address_problem(address)
-        if problem:
-            errors.append(FieldError(f"{path}[{i}]", f"{address!r}: {problem}"))
+        address, problem = normalized_address(raw.strip())
+        if address is None:
+            errors.append(FieldError(f"{path}[{i}]", f"{raw.strip()!r}: {problem}"))
         elif address.lower() in {a.lower() for a in cleaned}:
-            errors.append(FieldError(f"{path}[{i}]", f"{address!r} is listed twice"))
+            errors.append(FieldError(f"{path}[{i}]", f"{raw.strip()!r} is listed twice"))
         else:
             cleaned.append(address)
     if errors:

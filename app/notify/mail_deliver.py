@@ -101,7 +101,13 @@ def claim_next(*, engine: Engine, settings: Settings, now: datetime) -> tuple[in
                 row = session.exec(_due(now).limit(1)).first()
             if row is None:
                 return None
-            outcome = compose(session=session, settings=settings, row=row, now=now)
+            try:
+                outcome = compose(session=session, settings=settings, row=row, now=now)
+            except Exception as exc:  # a message that cannot be built (a bad header): not retried, others go on
+                log.exception("mail %s cannot be composed", row.id)
+                row.status, row.last_error, row.next_attempt_at = MailStatus.FAILED, f"cannot compose: {exc}", None
+                session.add(row)
+                continue
             if outcome.wait is not None:  # not an attempt: look again once the document may exist
                 row.next_attempt_at, row.last_error = now + WAIT_FOR_DOCUMENT, outcome.wait
                 session.add(row)
@@ -153,6 +159,9 @@ def deliver_due(*, engine: Engine, settings: Settings, now: datetime, limit: int
         except (smtplib.SMTPException, OSError) as exc:
             error = smtp_reason(exc)
             log.warning("mail %s not sent: %s", row_id, error)
+        except Exception as exc:  # anything else: recorded and retried like a refusal, never left claimed
+            error = smtp_reason(exc)
+            log.exception("mail %s not sent", row_id)
         done.append(_mark(engine=engine, row_id=row_id, now=now, error=error, note=note))
     return done
 

@@ -10,6 +10,7 @@ sent, so contacts added after a failed attempt receive the retry.
 from __future__ import annotations
 
 import hashlib
+import logging
 from datetime import datetime
 
 from sqlalchemy import text
@@ -22,6 +23,7 @@ from app.core.events import Event
 from app.core.settings import Settings
 from app.notify.mail_models import FINANCE, MailKind, MailPlanned, MailSend, MailStatus
 
+log = logging.getLogger(__name__)
 MAIL_EVENTS = ("period.finalized", "budget.threshold")
 DISABLED = "mail disabled: CHARGEBACK_SMTP_HOST is not set"
 # Advisory lock ("CB" + 0x14): one planner at a time on PostgreSQL.
@@ -65,7 +67,12 @@ def plan(*, session: Session, settings: Settings, now: datetime, limit: int = 10
     ).all()
     rows = []
     for event in events:
-        for kind, audience, period in _messages(session, event):
+        try:
+            messages = _messages(session, event)
+        except Exception:  # one unreadable event must not hold up the others' mail; it is tried again next round
+            log.exception("cannot plan the e-mail of event %s", event.id)
+            continue
+        for kind, audience, period in messages:
             row = MailSend(
                 event_id=event.id, kind=kind, audience=audience, period=period, created_at=now,
                 message_id=message_id(event_id=event.id, kind=kind, audience=audience, mail_from=settings.mail_from),

@@ -288,3 +288,9 @@ def test_bad_addresses_are_refused_with_their_path(session, address, problem):
         replace_contacts(session=session, tenant="vision", emails=["ok@vision.example", address], actor="t")
     [error] = caught.value.errors
     assert error.path == "emails[1]" and problem in error.message
+
+
+def test_an_international_domain_is_stored_in_its_ascii_form(session):
+    store_policy(session)
+    saved = replace_contacts(session=session, tenant="vision", emails=["Ana@Bücher.Example"], actor="t")
+    assert saved == ["Ana@xn--bcher-kva.example"]  # sendable without SMTPUTF8
