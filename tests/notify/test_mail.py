@@ -276,6 +276,15 @@ def test_starttls_with_a_private_ca(fresh_engine, tmp_path):
         assert len(server.received()) == 3
 
 
+def test_implicit_tls(fresh_engine, tmp_path):
+    close_october(fresh_engine)
+    cert, key = self_signed(tmp_path)
+    with smtp_server(tmp_path, cert=(cert, key), implicit_tls=True) as server:
+        mail_task(fresh_engine, NOW, settings=settings_for(server.port, smtp_ssl=True, smtp_ca_file=str(cert)))
+        assert len(server.received()) == 3
+        assert {r.status for r in sends(fresh_engine).values()} == {"sent", "skipped"}
+
+
 @pytest.mark.parametrize("address, problem", [
     ("no-at-sign", "name@domain"), ("a b@example.com", "character"), ("a@localhost", "host name"),
     ("a@-bad-.example", "host name"), ("x" * 65 + "@example.com", "character"),

@@ -44,30 +44,34 @@ class SmtpServer:
         return out
 
 
-def _accepting(port: int) -> bool:
+def _accepting(port: int, *, tls: bool = False) -> bool:
+    """The server greets (220); with implicit TLS, a connection is enough (its greeting comes after the handshake)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-            return sock.recv(3) == b"220"
+            return tls or sock.recv(3) == b"220"
     except OSError:
         return False
 
 
 @contextmanager
 def smtp_server(directory: Path, *, port: int | None = None, auth: bool = True, cert: tuple[Path, Path] | None = None,
-                timeout_s: float = 30) -> Iterator[SmtpServer]:
-    """Start the server (AUTH required with USER/PASSWORD unless `auth` is False), wait for its greeting, stop it."""
+                implicit_tls: bool = False, timeout_s: float = 30) -> Iterator[SmtpServer]:
+    """Start the server (AUTH required with USER/PASSWORD unless `auth` is False), wait until it listens, stop it.
+
+    With `cert`: STARTTLS required, or TLS from the first byte with `implicit_tls`.
+    """
     server = SmtpServer(port=port or free_port(), maildir=directory / "maildir")
     args = [sys.executable, "-m", "tests.support.smtp_server", "--port", str(server.port), "--maildir", str(server.maildir)]
     if auth:
         args += ["--user", USER, "--password", PASSWORD]
     if cert:
-        args += ["--cert", str(cert[0]), "--key", str(cert[1])]
+        args += ["--cert", str(cert[0]), "--key", str(cert[1])] + (["--implicit"] if implicit_tls else [])
     log_path = directory / f"smtp-{server.port}.log"
     with open(log_path, "w") as log:
         server.proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + timeout_s
-        while not _accepting(server.port):
+        while not _accepting(server.port, tls=implicit_tls):
             if server.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("SMTP server did not come up:\n" + log_path.read_text())
             time.sleep(0.1)

@@ -1,10 +1,11 @@
 """A real SMTP server for the e-mail tests (aiosmtpd), run as a process of its own.
 
-    python -m tests.support.smtp_server --port N --maildir DIR [--user U --password P] [--cert C --key K]
+    python -m tests.support.smtp_server --port N --maildir DIR [--user U --password P] [--cert C --key K [--implicit]]
 
 Each accepted message is written to DIR as NNNN.eml (the bytes received) beside NNNN.rcpt (the
 envelope recipients, one a line), renamed into place so a reader never sees half a message. With
---user, AUTH (PLAIN, LOGIN) is required; with --cert/--key, STARTTLS is offered and required.
+--user, AUTH (PLAIN, LOGIN) is required; with --cert/--key, STARTTLS is offered and required, or with
+--implicit TLS is spoken from the first byte (port 465 style).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def main() -> None:
     parser.add_argument("--password")
     parser.add_argument("--cert")
     parser.add_argument("--key")
+    parser.add_argument("--implicit", action="store_true")
     args = parser.parse_args()
     args.maildir.mkdir(parents=True, exist_ok=True)
     options: dict = {}
@@ -57,11 +59,16 @@ def main() -> None:
             return AuthResult(success=ok, handled=False)  # aiosmtpd answers 235 or 535 itself
 
         # Loopback only: AUTH over a plain connection is allowed unless STARTTLS is configured.
-        options.update(authenticator=authenticator, auth_required=True, auth_require_tls=bool(args.cert))
+        # aiosmtpd counts only STARTTLS as TLS for AUTH: with implicit TLS the check is off (it is encrypted anyway).
+        options.update(authenticator=authenticator, auth_required=True,
+                       auth_require_tls=bool(args.cert) and not args.implicit)
     if args.cert:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(args.cert, args.key)
-        options.update(tls_context=context, require_starttls=True)
+        if args.implicit:
+            options.update(ssl_context=context)
+        else:
+            options.update(tls_context=context, require_starttls=True)
     controller = Controller(Maildir(args.maildir), hostname="127.0.0.1", port=args.port, **options)
     controller.start()
     stop = threading.Event()
