@@ -8,6 +8,7 @@ from app.auth.cli import app as auth_app
 from app.billing.cli import app as billing_app
 from app.metrics.cli import app as metrics_app
 from app.metrics.simulator.cli import app as simulator_app
+from app.notify.mail_deliver import mail_task
 from app.policy.cli import app as policy_app
 from app.review.impact import configured_latency_buckets
 from app.web.cli import app as web_app
@@ -15,6 +16,7 @@ from app.web.cli import app as web_app
 # Policy validation runs below metrics: the red-line bucket source is handed down from here.
 # Tasks the worker runs after each ingestion round (outbox deliveries): each domain above metrics adds its own.
 WORKER_TASKS: list = []
+WORKER_TASKS.append(mail_task)  # e-mailed statements and budget alerts (app/notify/mail_deliver.py)
 app = typer.Typer(help="GPU co-location chargeback portal", no_args_is_help=True,
                   context_settings={"obj": {"latency_buckets": configured_latency_buckets,
                                             "worker_tasks": WORKER_TASKS}})

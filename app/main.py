@@ -8,6 +8,7 @@ from fastapi.staticfiles import StaticFiles
 from app.api import allocation as api_allocation
 from app.api import billing as api_billing
 from app.api import directory as api_directory
+from app.api import mail as api_mail
 from app.api import policy as api_policy
 from app.api import review as api_review
 from app.api import system as api_system
@@ -22,6 +23,7 @@ from app.web import billing as web_billing
 from app.web import doctor as web_doctor
 from app.web import fleet as web_fleet
 from app.web import fleet_live as web_fleet_live
+from app.web import mail as web_mail
 from app.web import overview as web_overview
 from app.web import overview_panels as web_overview_panels
 from app.web import policy as web_policy
@@ -66,6 +68,7 @@ def create_app() -> FastAPI:
     app.include_router(api_policy.router, prefix="/api/v1")
     app.include_router(api_review.router, prefix="/api/v1")
     app.include_router(api_directory.router, prefix="/api/v1")
+    app.include_router(api_mail.router, prefix="/api/v1")
     app.include_router(auth_routes.api, prefix="/api/v1")
     app.include_router(auth_routes.web, dependencies=PAGES)
     app.include_router(web_overview.router, dependencies=PAGES)
@@ -80,6 +83,7 @@ def create_app() -> FastAPI:
     app.include_router(web_sla.router, dependencies=PAGES)
     app.include_router(web_overview_panels.router, dependencies=PAGES)
     app.include_router(web_doctor.router, dependencies=PAGES)
+    app.include_router(web_mail.router, dependencies=PAGES)
     return app
 
 

@@ -10,6 +10,7 @@ import app.core.audit
 import app.core.events
 import app.http.idempotency
 import app.metrics.models
+import app.notify.mail_models
 import app.policy.models
 import app.review.models  # noqa: F401
 from app.core.db import make_engine

@@ -81,6 +81,22 @@ class Settings(BaseSettings):
 
     def break_glass(self) -> frozenset[str]:
         return frozenset(name.strip() for name in self.break_glass_users.split(",") if name.strip())
+    # E-mailed statements (app/notify/mail_*.py). No host: mail is disabled and each planned send is
+    # recorded as skipped (nothing is sent later on its own; "retry now" on the admin page sends it).
+    smtp_host: str | None = None
+    smtp_port: int = 587
+    smtp_starttls: bool = True  # upgrade a plain connection with STARTTLS (port 587)
+    smtp_ssl: bool = False  # implicit TLS from the first byte (port 465); overrides smtp_starttls
+    smtp_username: str | None = None
+    smtp_password: str | None = None
+    smtp_timeout_s: float = 30.0
+    smtp_ca_file: str | None = None  # CA bundle for the relay's certificate (a private CA); unset: the system's
+    mail_from: str = "chargeback@localhost"
+    finance_recipients: str = ""  # comma list: the monthly report and department budget alerts
+
+    @property
+    def finance_addresses(self) -> list[str]:
+        return [a.strip() for a in self.finance_recipients.split(",") if a.strip()]
 
     @field_validator("billing_timezone")
     @classmethod

@@ -1,6 +1,6 @@
 """oidc_identity: users who sign in through OpenID Connect, by (issuer, subject) (issue 14)
 
-down_revision is '0012' as branched; the lead re-chains revisions when merging.
+The first of issue 14's revisions to merge: it follows 0012 (the event outbox).
 
 Revision ID: 0015
 Revises: 0012

@@ -100,6 +100,9 @@ async def drive(client: httpx.AsyncClient, session) -> list[Answer]:
     await call("vic", "GET", "/tenants")
     await call("vic", "GET", "/tenants/{name}", path={"name": "vision"})
     await call("tim", "GET", "/departments")
+    await call("fay", "PUT", "/tenants/{tenant}/contacts", path={"tenant": "vision"},
+               json={"emails": ["ana@vision.example"]})
+    await call("fay", "GET", "/tenants/{tenant}/contacts", path={"tenant": "vision"})
     audit = (await call("vic", "GET", "/audit", params={"limit": 5})).json()
     await call("vic", "GET", "/audit/{entry_id}", path={"entry_id": audit["items"][0]["id"]})
 

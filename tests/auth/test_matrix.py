@@ -50,6 +50,12 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("POST", "/admin/tokens"): ADMIN,
     ("POST", "/admin/tokens/{token_id}/revoke"): ADMIN,
     ("GET", "/admin/doctor"): ADMIN,
+    # billing e-mail: contacts and the sends, for admins and finance
+    ("GET", "/admin/contacts"): FINANCE,
+    ("POST", "/admin/contacts/{tenant}"): FINANCE,
+    ("POST", "/admin/mail/{send_id}/retry"): FINANCE,
+    ("GET", "/api/v1/tenants/{tenant}/contacts"): FINANCE,
+    ("PUT", "/api/v1/tenants/{tenant}/contacts"): FINANCE,
     # pages (dashboard: tenant members see only their tenants)
     ("GET", "/"): SIGNED_IN,
     ("GET", "/tenants"): SIGNED_IN,

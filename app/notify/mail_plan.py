@@ -1,0 +1,88 @@
+"""Planning e-mail from the event outbox: one mail_send row per message an event calls for.
+
+`period.finalized` calls for each invoiced tenant's invoice (to its contacts) and the monthly report
+(to finance); `budget.threshold` for one alert (a tenant's to its contacts, a department's to finance).
+An event is planned once (mail_planned), under a lock, so two workers never plan it twice; the
+unique (event, kind, audience) key is the backstop. Recipients are resolved when the message is
+sent, so contacts added after a failed attempt receive the retry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from datetime import datetime
+
+from sqlalchemy import text
+from sqlmodel import Session, select
+
+from app.billing.invoices import load_view
+from app.billing.models import BillingPeriod
+from app.core.db import is_postgres
+from app.core.events import Event
+from app.core.settings import Settings
+from app.notify.mail_models import FINANCE, MailKind, MailPlanned, MailSend, MailStatus
+
+log = logging.getLogger(__name__)
+MAIL_EVENTS = ("period.finalized", "budget.threshold")
+DISABLED = "mail disabled: CHARGEBACK_SMTP_HOST is not set"
+# Advisory lock ("CB" + 0x14): one planner at a time on PostgreSQL.
+PLAN_LOCK = 0x43420014
+
+
+def message_id(*, event_id: str, kind: str, audience: str, mail_from: str) -> str:
+    """A Message-ID fixed by the event, kind and audience: a re-send is recognisably the same message."""
+    domain = mail_from.rpartition("@")[2].strip(" >") or "chargeback.invalid"
+    who = hashlib.sha256(audience.encode()).hexdigest()[:16] if audience else "finance"
+    return f"<{event_id}.{kind}.{who}@{domain}>"
+
+
+def _lock(session: Session) -> bool:
+    """Take the planning lock for this transaction; False when another planner holds it (PostgreSQL)."""
+    if is_postgres(session):
+        return bool(session.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": PLAN_LOCK}).scalar())
+    session.connection(execution_options={"sqlite_immediate": True})  # SQLite: the write lock, now
+    return True
+
+
+def _messages(session: Session, event: Event) -> list[tuple[str, str, str | None]]:
+    """(kind, audience, period) of each message the event calls for."""
+    data = event.data
+    if event.type == "budget.threshold":
+        return [(MailKind.BUDGET.value, data.get("tenant") or FINANCE, data.get("month"))]
+    month = data["period"]
+    period = session.exec(select(BillingPeriod).where(BillingPeriod.month == month)).first()
+    tenants = load_view(session=session, period=period).tenants if period is not None else []
+    return [(MailKind.INVOICE.value, t, month) for t in tenants] + [(MailKind.REPORT.value, FINANCE, month)]
+
+
+def plan(*, session: Session, settings: Settings, now: datetime, limit: int = 100) -> list[MailSend]:
+    """Record the messages of events not planned yet (flush, never commit); [] if another planner is at it."""
+    if not _lock(session):
+        return []
+    done = select(MailPlanned.event_id)
+    events = session.exec(
+        select(Event).where(Event.type.in_(MAIL_EVENTS), Event.id.not_in(done))  # type: ignore[attr-defined]
+        .order_by(Event.created_at, Event.id).limit(limit)
+    ).all()
+    rows = []
+    for event in events:
+        try:
+            messages = _messages(session, event)
+        except Exception:  # one unreadable event must not hold up the others' mail; it is tried again next round
+            log.exception("cannot plan the e-mail of event %s", event.id)
+            continue
+        for kind, audience, period in messages:
+            row = MailSend(
+                event_id=event.id, kind=kind, audience=audience, period=period, created_at=now,
+                message_id=message_id(event_id=event.id, kind=kind, audience=audience, mail_from=settings.mail_from),
+            )
+            if settings.smtp_host:
+                row.next_attempt_at = now
+            else:
+                row.status, row.last_error = MailStatus.SKIPPED, DISABLED
+            session.add(row)
+            rows.append(row)
+        session.add(MailPlanned(event_id=event.id, planned_at=now))
+    session.flush()
+    return rows
