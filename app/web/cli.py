@@ -9,6 +9,10 @@ import typer
 app = typer.Typer(help="web commands", no_args_is_help=True)
 
 LOOPBACK_PROXIES = "127.0.0.1,::1"
+# uvicorn kills a worker that does not answer its supervisor within this time; a new worker first imports
+# the whole command line and the app (several seconds on a busy 2-core machine): at uvicorn's 5 s the
+# workers were killed while importing, over and over, and one process served everything.
+WORKER_HEALTHCHECK_S = 60
 
 
 def is_loopback(host: str) -> bool:
@@ -62,5 +66,5 @@ def serve(
         share_metrics_between_workers()
     uvicorn.run(
         "app.main:app", host=host, port=port, workers=workers, proxy_headers=proxy_headers,
-        forwarded_allow_ips=forwarded_allow_ips, access_log=False,
+        forwarded_allow_ips=forwarded_allow_ips, access_log=False, timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
     )
