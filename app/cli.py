@@ -14,6 +14,7 @@ from app.web.cli import app as web_app
 
 # Policy validation runs below metrics: the red-line bucket source is handed down from here.
 # Tasks the worker runs after each ingestion round (outbox deliveries): each domain above metrics adds its own.
+# Several workers run them at once: each task claims its rows first (see app.metrics.worker.run_worker).
 WORKER_TASKS: list = []
 app = typer.Typer(help="GPU co-location chargeback portal", no_args_is_help=True,
                   context_settings={"obj": {"latency_buckets": configured_latency_buckets,

@@ -1,6 +1,7 @@
 """Benchmark: the finance API under load, `GET /api/v1/periods/{p}/invoices?limit=100` against /healthz.
 
 Run:  .venv/bin/python benchmarks/api_load.py [--requests 640 --concurrency 64 --time-cap 60] [--allocation]
+      .venv/bin/python benchmarks/api_load.py --workers 2   # throughput of `chargeback serve --workers 2` vs 1
 
 `--allocation` adds phases of the allocation explorer's API over the same month
 (`GET /api/v1/allocation?window={p}&aggregate=tenant`, and `aggregate=namespace`), each between healthz phases.
@@ -11,6 +12,11 @@ A throwaway PostgreSQL database gets one month of rollups for 500 tenants, 40 po
 `--concurrency` requests in flight with a finance bearer token, alternating phases of /healthz and
 the invoice page in the same run, and prints p50, p99, throughput, the invoice p99 against the
 neighbouring healthz phases' p99 (goal <= 3x) and the error count (goal 0).
+
+`--workers N` measures scale-out instead: `chargeback serve --workers 1` and `--workers N` in turn
+(1, N, 1, N: a neighbour's load drifts), the same invoice load on each after a warm-up, and prints
+the throughput ratio (goal >= 1.7x for 2) with what it cost: CPU-seconds per request of the server
+processes (all workers, from /proc) and of this load generator, which runs on the same machine.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import os
+import resource
 import sys
 import time
 from contextlib import ExitStack
@@ -29,9 +37,12 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from benchmarks.dashboard_load import interleaved, report  # noqa: E402
+from benchmarks.dashboard_load import interleaved, load, report  # noqa: E402
 from benchmarks.rating import create_database, drop_database, generate  # noqa: E402
+from tests.support.billing import CLI  # noqa: E402
 from tests.support.server import running_portal  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def seed(url: str, args) -> str:
@@ -85,6 +96,67 @@ async def run_load(base: str, token: str, args) -> list[tuple[str, dict]]:
         return await interleaved(client, phases, args)
 
 
+def tree_cpu_seconds(root: int) -> float:
+    """User + system CPU of a process and every live descendant (uvicorn's workers are its children)."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # exited meanwhile
+            stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / TICKS)  # ppid, utime+stime
+    tree, total = {root}, 0.0
+    for _ in range(4):  # supervisor -> workers (-> their helpers)
+        tree |= {pid for pid, (ppid, _) in stats.items() if ppid in tree}
+    for pid in tree:
+        total += stats.get(pid, (0, 0.0))[1]
+    return total
+
+
+def client_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def measured(base: str, pid: int, token: str, args) -> dict:
+    """Warm every worker up, then one invoice phase with the CPU it cost the server and this client."""
+    limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency,
+                          keepalive_expiry=2.0)
+    path, auth = f"/api/v1/periods/{args.month}/invoices?limit=100", {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
+        await load(client, path, auth, requests=args.concurrency * 2, concurrency=args.concurrency, time_cap=args.time_cap)
+        server0, client0 = tree_cpu_seconds(pid), client_cpu_seconds()
+        r = await load(client, path, auth, requests=args.requests, concurrency=args.concurrency, time_cap=args.time_cap)
+        r["server_cpu_ms"] = (tree_cpu_seconds(pid) - server0) * 1000 / r["n"]
+        r["client_cpu_ms"] = (client_cpu_seconds() - client0) * 1000 / r["n"]
+    return r
+
+
+def scale_out(url: str, token: str, args) -> None:
+    """Throughput of 1 serve worker and of `args.workers`, alternately, on the same data and load."""
+    runs = []
+    for workers in (1, args.workers, 1, args.workers):
+        with running_portal(url, command=(str(CLI), "serve"), extra_args=("--workers", str(workers))) as portal:
+            r = asyncio.run(measured(portal.base, portal.pid, token, args))
+        runs.append((workers, r))
+        print(f"workers {workers}: {r['n']} requests, {r['errors']} errors, {r['rps']:.1f} req/s, p50 {r['p50']:.0f} ms, "
+              f"p99 {r['p99']:.0f} ms; CPU per request: server {r['server_cpu_ms']:.1f} ms, "
+              f"load generator {r['client_cpu_ms']:.1f} ms", flush=True)
+
+    def mean(workers: int, key: str) -> float:
+        values = [r[key] for w, r in runs if w == workers]
+        return sum(values) / len(values)
+
+    ratio = mean(args.workers, "rps") / mean(1, "rps")
+    print(f"\nthroughput {args.workers} workers / 1 worker = {ratio:.2f}x (goal >= 1.7x); server CPU per request "
+          f"{mean(1, 'server_cpu_ms'):.1f} ms (1 worker) vs {mean(args.workers, 'server_cpu_ms'):.1f} ms "
+          f"({args.workers}); load generator {mean(1, 'client_cpu_ms'):.1f} / {mean(args.workers, 'client_cpu_ms'):.1f} ms "
+          f"per request; errors = {sum(r['errors'] for _, r in runs)}; load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} CPUs")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tenants", type=int, default=500)
@@ -96,12 +168,16 @@ def main() -> None:
     parser.add_argument("--time-cap", type=float, default=60.0, help="seconds per phase at most")
     parser.add_argument("--rounds", type=int, default=2, help="invoice phases (each followed by a healthz phase)")
     parser.add_argument("--allocation", action="store_true", help="also load GET /api/v1/allocation (tenant, namespace)")
+    parser.add_argument("--workers", type=int, default=1, help="N > 1: compare `chargeback serve --workers N` with 1")
     args = parser.parse_args()
 
     url = create_database()
     stack = ExitStack()
     try:
         token = seed(url, args)
+        if args.workers > 1:
+            scale_out(url, token, args)
+            return
         base = stack.enter_context(running_portal(url, extra_args=("--log-level", "warning", "--no-access-log"))).base
         print(f"load: {args.requests} requests per phase, {args.concurrency} concurrent, cap {args.time_cap:.0f} s, "
               f"1 uvicorn worker, loopback {base}; {args.tenants} tenants, month {args.month}")
