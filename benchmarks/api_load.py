@@ -96,8 +96,8 @@ async def run_load(base: str, token: str, args) -> list[tuple[str, dict]]:
         return await interleaved(client, phases, args)
 
 
-def tree_cpu_seconds(root: int) -> float:
-    """User + system CPU of a process and every live descendant (uvicorn's workers are its children)."""
+def process_cpu() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, user + system CPU seconds) of every process on this machine."""
     stats = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -106,13 +106,39 @@ def tree_cpu_seconds(root: int) -> float:
                     fields = f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue  # exited meanwhile
-            stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / TICKS)  # ppid, utime+stime
-    tree, total = {root}, 0.0
+            stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / TICKS)
+    return stats
+
+
+def tree_cpu(root: int, stats: dict[int, tuple[int, float]]) -> dict[int, float]:
+    """CPU seconds of a process and every live descendant (uvicorn's workers are its children)."""
+    tree = {root}
     for _ in range(4):  # supervisor -> workers (-> their helpers)
         tree |= {pid for pid, (ppid, _) in stats.items() if ppid in tree}
-    for pid in tree:
-        total += stats.get(pid, (0, 0.0))[1]
-    return total
+    return {pid: stats[pid][1] for pid in tree if pid in stats}
+
+
+def backend_pids(url: str) -> set[int]:
+    """PostgreSQL's backend processes connected to the benchmark's database (the server's pool)."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine("postgresql+psycopg://" + url.split("://", 1)[1])
+    with engine.connect() as conn:
+        pids = set(conn.execute(text("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                                     "AND pid <> pg_backend_pid()")).scalars())
+    engine.dispose()
+    return pids
+
+
+def cpu_snapshot(root: int, url: str) -> dict[str, dict[int, float]]:
+    stats = process_cpu()
+    return {"server": tree_cpu(root, stats),
+            "database": {pid: stats[pid][1] for pid in backend_pids(url) if pid in stats}}
+
+
+def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds between two snapshots (a process started in between counts from zero)."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
 
 
 def client_cpu_seconds() -> float:
@@ -120,16 +146,18 @@ def client_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def measured(base: str, pid: int, token: str, args) -> dict:
-    """Warm every worker up, then one invoice phase with the CPU it cost the server and this client."""
+async def measured(base: str, pid: int, url: str, token: str, args) -> dict:
+    """Warm every worker up, then one invoice phase with the CPU it cost the server, PostgreSQL and this client."""
     limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency,
                           keepalive_expiry=2.0)
     path, auth = f"/api/v1/periods/{args.month}/invoices?limit=100", {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
         await load(client, path, auth, requests=args.concurrency * 2, concurrency=args.concurrency, time_cap=args.time_cap)
-        server0, client0 = tree_cpu_seconds(pid), client_cpu_seconds()
+        before, client0 = cpu_snapshot(pid, url), client_cpu_seconds()
         r = await load(client, path, auth, requests=args.requests, concurrency=args.concurrency, time_cap=args.time_cap)
-        r["server_cpu_ms"] = (tree_cpu_seconds(pid) - server0) * 1000 / r["n"]
+        after = cpu_snapshot(pid, url)
+        for part in ("server", "database"):
+            r[f"{part}_cpu_ms"] = cpu_spent(before[part], after[part]) * 1000 / r["n"]
         r["client_cpu_ms"] = (client_cpu_seconds() - client0) * 1000 / r["n"]
     return r
 
@@ -139,22 +167,41 @@ def scale_out(url: str, token: str, args) -> None:
     runs = []
     for workers in (1, args.workers, 1, args.workers):
         with running_portal(url, command=(str(CLI), "serve"), extra_args=("--workers", str(workers))) as portal:
-            r = asyncio.run(measured(portal.base, portal.pid, token, args))
+            r = asyncio.run(measured(portal.base, portal.pid, url, token, args))
         runs.append((workers, r))
         print(f"workers {workers}: {r['n']} requests, {r['errors']} errors, {r['rps']:.1f} req/s, p50 {r['p50']:.0f} ms, "
               f"p99 {r['p99']:.0f} ms; CPU per request: server {r['server_cpu_ms']:.1f} ms, "
-              f"load generator {r['client_cpu_ms']:.1f} ms", flush=True)
+              f"PostgreSQL {r['database_cpu_ms']:.1f} ms, load generator {r['client_cpu_ms']:.1f} ms"
+              + (f"; errors {r['kinds']}" if r["kinds"] else ""), flush=True)
 
     def mean(workers: int, key: str) -> float:
         values = [r[key] for w, r in runs if w == workers]
         return sum(values) / len(values)
 
     ratio = mean(args.workers, "rps") / mean(1, "rps")
+    # What the machine could give with the load generator elsewhere: CPU per request of server + database.
+    cost = {w: mean(w, "server_cpu_ms") + mean(w, "database_cpu_ms") for w in (1, args.workers)}
     print(f"\nthroughput {args.workers} workers / 1 worker = {ratio:.2f}x (goal >= 1.7x); server CPU per request "
           f"{mean(1, 'server_cpu_ms'):.1f} ms (1 worker) vs {mean(args.workers, 'server_cpu_ms'):.1f} ms "
           f"({args.workers}); load generator {mean(1, 'client_cpu_ms'):.1f} / {mean(args.workers, 'client_cpu_ms'):.1f} ms "
           f"per request; errors = {sum(r['errors'] for _, r in runs)}; load average {os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} CPUs")
+    print(f"server + PostgreSQL CPU per request: {cost[1]:.1f} ms (1 worker), {cost[args.workers]:.1f} ms "
+          f"({args.workers}); 1 worker used {mean(1, 'rps') * mean(1, 'server_cpu_ms') / 1000:.2f} CPU of its own "
+          f"and {mean(1, 'rps') * mean(1, 'database_cpu_ms') / 1000:.2f} of PostgreSQL's")
+    # Capacity from CPU per request on an otherwise idle machine: a worker runs Python on one core at a
+    # time (the GIL); all processes together on at most every core.
+    cores = os.cpu_count() or 1
+    client = mean(args.workers, "client_cpu_ms")
+
+    def capacity(workers: int, with_client: bool) -> float:
+        per_request = cost[workers] + (client if with_client else 0.0)
+        return min(workers * 1000 / mean(workers, "server_cpu_ms"), cores * 1000 / per_request)
+
+    for with_client, where in ((True, "on these cores"), (False, "on another machine")):
+        one, many = capacity(1, with_client), capacity(args.workers, with_client)
+        print(f"capacity from CPU per request on {cores} idle cores, load generator {where}: {one:.0f} req/s (1 worker), "
+              f"{many:.0f} req/s ({args.workers}) = {many / one:.2f}x")
 
 
 def main() -> None:
