@@ -1,7 +1,8 @@
 """Scaling out on one PostgreSQL database: two `chargeback serve` processes and three `chargeback worker` processes.
 
 Every hour is ingested once, by one of the workers; either serve process gives the same JSON; a write
-through one is seen at once by the other's caches; sign-in failures lock out across both.
+through one is seen at once by the other's caches; sign-in failures lock out across both, and a session
+opened on one is a session on the other.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def _prepare(url: str, start: datetime) -> dict[str, str]:
     with unit_of_work(engine) as session:
         import_version(session=session, document=Simulator(gpus=GPUS).policy(), actor="test",
                        effective_from=start - timedelta(days=1), comment="scale-out test")
-        service.create_user(session=session, name="alice", role="viewer", password=PASSWORD, actor="test")
+        for name in ("alice", "bob"):
+            service.create_user(session=session, name=name, role="viewer", password=PASSWORD, actor="test")
         fin = service.create_user(session=session, name="fin", role="finance", password=None, actor="test")
         _, raw = service.create_token(session=session, user=fin, scopes="read write", lifetime=timedelta(days=1),
                                       actor="test")
@@ -163,13 +165,21 @@ def test_two_serve_processes_and_three_workers_share_one_database(pg_url, tmp_pa
             refused = _sign_in(browser, b.base if MAX_FAILURES % 2 else a.base, PASSWORD)
             assert refused.status_code == 429 and "Too many failed sign-ins" in refused.text
 
+        # A session opened through A is a session on B (no sticky sessions), and signing out on B ends it on A.
+        with httpx.Client(timeout=60) as browser:
+            assert _sign_in(browser, a.base, PASSWORD, name="bob").status_code == 303
+            page = browser.get(f"{b.base}/")
+            assert page.status_code == 200 and "bob" in page.text
+            browser.post(f"{b.base}/logout", data={"csrf_token": page_csrf(page.text)})
+            assert browser.get(f"{a.base}/", follow_redirects=False).status_code in (302, 303, 307)
+
 
 def _worker_counts(logs: list[Path]) -> list[int]:
     """Hours each worker reported ingesting (its log lines 'ingested N hours, M gaps')."""
     return [sum(int(n) for n in re.findall(r"ingested (\d+) hours", log.read_text())) for log in logs]
 
 
-def _sign_in(browser: httpx.Client, base: str, password: str) -> httpx.Response:
+def _sign_in(browser: httpx.Client, base: str, password: str, name: str = "alice") -> httpx.Response:
     form = browser.get(f"{base}/login")
-    return browser.post(f"{base}/login", data={"username": "alice", "password": password,
+    return browser.post(f"{base}/login", data={"username": name, "password": password,
                                                "csrf_token": page_csrf(form.text)})
