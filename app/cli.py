@@ -15,6 +15,7 @@ from app.web.cli import app as web_app
 
 # Policy validation runs below metrics: the red-line bucket source is handed down from here.
 # Tasks the worker runs after each ingestion round (outbox deliveries): each domain above metrics adds its own.
+# Several workers run them at once: each task claims its rows first (see app.metrics.worker.run_worker).
 WORKER_TASKS: list = []
 WORKER_TASKS.append(mail_task)  # e-mailed statements and budget alerts (app/notify/mail_deliver.py)
 app = typer.Typer(help="GPU co-location chargeback portal", no_args_is_help=True,

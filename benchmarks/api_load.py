@@ -1,6 +1,7 @@
 """Benchmark: the finance API under load, `GET /api/v1/periods/{p}/invoices?limit=100` against /healthz.
 
 Run:  .venv/bin/python benchmarks/api_load.py [--requests 640 --concurrency 64 --time-cap 60] [--allocation]
+      .venv/bin/python benchmarks/api_load.py --workers 2   # throughput of `chargeback serve --workers 2` vs 1
 
 `--allocation` adds phases of the allocation explorer's API over the same month
 (`GET /api/v1/allocation?window={p}&aggregate=tenant`, and `aggregate=namespace`), each between healthz phases.
@@ -11,6 +12,11 @@ A throwaway PostgreSQL database gets one month of rollups for 500 tenants, 40 po
 `--concurrency` requests in flight with a finance bearer token, alternating phases of /healthz and
 the invoice page in the same run, and prints p50, p99, throughput, the invoice p99 against the
 neighbouring healthz phases' p99 (goal <= 3x) and the error count (goal 0).
+
+`--workers N` measures scale-out instead: `chargeback serve --workers 1` and `--workers N` in turn
+(1, N, 1, N: a neighbour's load drifts), the same invoice load on each after a warm-up, and prints
+the throughput ratio (goal >= 1.7x for 2) with what it cost: CPU-seconds per request of the server
+processes (all workers, from /proc) and of this load generator, which runs on the same machine.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import os
+import resource
 import sys
 import time
 from contextlib import ExitStack
@@ -29,9 +37,12 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from benchmarks.dashboard_load import interleaved, report  # noqa: E402
+from benchmarks.dashboard_load import interleaved, load, report  # noqa: E402
 from benchmarks.rating import create_database, drop_database, generate  # noqa: E402
+from tests.support.billing import CLI  # noqa: E402
 from tests.support.server import running_portal  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def seed(url: str, args) -> str:
@@ -85,6 +96,114 @@ async def run_load(base: str, token: str, args) -> list[tuple[str, dict]]:
         return await interleaved(client, phases, args)
 
 
+def process_cpu() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, user + system CPU seconds) of every process on this machine."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # exited meanwhile
+            stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / TICKS)
+    return stats
+
+
+def tree_cpu(root: int, stats: dict[int, tuple[int, float]]) -> dict[int, float]:
+    """CPU seconds of a process and every live descendant (uvicorn's workers are its children)."""
+    tree = {root}
+    for _ in range(4):  # supervisor -> workers (-> their helpers)
+        tree |= {pid for pid, (ppid, _) in stats.items() if ppid in tree}
+    return {pid: stats[pid][1] for pid in tree if pid in stats}
+
+
+def backend_pids(url: str) -> set[int]:
+    """PostgreSQL's backend processes connected to the benchmark's database (the server's pool)."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine("postgresql+psycopg://" + url.split("://", 1)[1])
+    with engine.connect() as conn:
+        pids = set(conn.execute(text("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                                     "AND pid <> pg_backend_pid()")).scalars())
+    engine.dispose()
+    return pids
+
+
+def cpu_snapshot(root: int, url: str) -> dict[str, dict[int, float]]:
+    stats = process_cpu()
+    return {"server": tree_cpu(root, stats),
+            "database": {pid: stats[pid][1] for pid in backend_pids(url) if pid in stats}}
+
+
+def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds between two snapshots (a process started in between counts from zero)."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
+
+
+def client_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def measured(base: str, pid: int, url: str, token: str, args) -> dict:
+    """Warm every worker up, then one invoice phase with the CPU it cost the server, PostgreSQL and this client."""
+    limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency,
+                          keepalive_expiry=2.0)
+    path, auth = f"/api/v1/periods/{args.month}/invoices?limit=100", {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
+        await load(client, path, auth, requests=args.concurrency * 2, concurrency=args.concurrency, time_cap=args.time_cap)
+        before, client0 = cpu_snapshot(pid, url), client_cpu_seconds()
+        r = await load(client, path, auth, requests=args.requests, concurrency=args.concurrency, time_cap=args.time_cap)
+        after = cpu_snapshot(pid, url)
+        for part in ("server", "database"):
+            r[f"{part}_cpu_ms"] = cpu_spent(before[part], after[part]) * 1000 / r["n"]
+        r["client_cpu_ms"] = (client_cpu_seconds() - client0) * 1000 / r["n"]
+    return r
+
+
+def scale_out(url: str, token: str, args) -> None:
+    """Throughput of 1 serve worker and of `args.workers`, alternately, on the same data and load."""
+    runs = []
+    for workers in (1, args.workers, 1, args.workers):
+        with running_portal(url, command=(str(CLI), "serve"), extra_args=("--workers", str(workers))) as portal:
+            r = asyncio.run(measured(portal.base, portal.pid, url, token, args))
+        runs.append((workers, r))
+        print(f"workers {workers}: {r['n']} requests, {r['errors']} errors, {r['rps']:.1f} req/s, p50 {r['p50']:.0f} ms, "
+              f"p99 {r['p99']:.0f} ms; CPU per request: server {r['server_cpu_ms']:.1f} ms, "
+              f"PostgreSQL {r['database_cpu_ms']:.1f} ms, load generator {r['client_cpu_ms']:.1f} ms"
+              + (f"; errors {r['kinds']}" if r["kinds"] else ""), flush=True)
+
+    def mean(workers: int, key: str) -> float:
+        values = [r[key] for w, r in runs if w == workers]
+        return sum(values) / len(values)
+
+    ratio = mean(args.workers, "rps") / mean(1, "rps")
+    # What the machine could give with the load generator elsewhere: CPU per request of server + database.
+    cost = {w: mean(w, "server_cpu_ms") + mean(w, "database_cpu_ms") for w in (1, args.workers)}
+    print(f"\nthroughput {args.workers} workers / 1 worker = {ratio:.2f}x (goal >= 1.7x); server CPU per request "
+          f"{mean(1, 'server_cpu_ms'):.1f} ms (1 worker) vs {mean(args.workers, 'server_cpu_ms'):.1f} ms "
+          f"({args.workers}); load generator {mean(1, 'client_cpu_ms'):.1f} / {mean(args.workers, 'client_cpu_ms'):.1f} ms "
+          f"per request; errors = {sum(r['errors'] for _, r in runs)}; load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} CPUs")
+    print(f"server + PostgreSQL CPU per request: {cost[1]:.1f} ms (1 worker), {cost[args.workers]:.1f} ms "
+          f"({args.workers}); 1 worker used {mean(1, 'rps') * mean(1, 'server_cpu_ms') / 1000:.2f} CPU of its own "
+          f"and {mean(1, 'rps') * mean(1, 'database_cpu_ms') / 1000:.2f} of PostgreSQL's")
+    # Capacity from CPU per request on an otherwise idle machine: a worker runs Python on one core at a
+    # time (the GIL); all processes together on at most every core.
+    cores = os.cpu_count() or 1
+    client = mean(args.workers, "client_cpu_ms")
+
+    def capacity(workers: int, with_client: bool) -> float:
+        per_request = cost[workers] + (client if with_client else 0.0)
+        return min(workers * 1000 / mean(workers, "server_cpu_ms"), cores * 1000 / per_request)
+
+    for with_client, where in ((True, "on these cores"), (False, "on another machine")):
+        one, many = capacity(1, with_client), capacity(args.workers, with_client)
+        print(f"capacity from CPU per request on {cores} idle cores, load generator {where}: {one:.0f} req/s (1 worker), "
+              f"{many:.0f} req/s ({args.workers}) = {many / one:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tenants", type=int, default=500)
@@ -96,12 +215,16 @@ def main() -> None:
     parser.add_argument("--time-cap", type=float, default=60.0, help="seconds per phase at most")
     parser.add_argument("--rounds", type=int, default=2, help="invoice phases (each followed by a healthz phase)")
     parser.add_argument("--allocation", action="store_true", help="also load GET /api/v1/allocation (tenant, namespace)")
+    parser.add_argument("--workers", type=int, default=1, help="N > 1: compare `chargeback serve --workers N` with 1")
     args = parser.parse_args()
 
     url = create_database()
     stack = ExitStack()
     try:
         token = seed(url, args)
+        if args.workers > 1:
+            scale_out(url, token, args)
+            return
         base = stack.enter_context(running_portal(url, extra_args=("--log-level", "warning", "--no-access-log"))).base
         print(f"load: {args.requests} requests per phase, {args.concurrency} concurrent, cap {args.time_cap:.0f} s, "
               f"1 uvicorn worker, loopback {base}; {args.tenants} tenants, month {args.month}")

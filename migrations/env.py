@@ -8,6 +8,7 @@ import app.auth.models
 import app.billing.models
 import app.core.audit
 import app.core.events
+import app.core.generation
 import app.http.idempotency
 import app.metrics.models
 import app.notify.mail_models

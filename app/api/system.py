@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from fastapi import APIRouter
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 from pydantic import BaseModel
 from starlette.datastructures import MutableHeaders
 from starlette.responses import Response
@@ -23,7 +25,10 @@ log = logging.getLogger("app.system")
 router = APIRouter(tags=["system"])
 
 # A registry of our own: no process/platform collectors from other libraries, no duplicates when tests
-# build several apps in one process.
+# build several apps in one process. Under `chargeback serve --workers N` (PROMETHEUS_MULTIPROC_DIR set
+# before any worker starts) each process writes its values to files there and a scrape, answered by
+# whichever worker, sums the counters of all; the ingestion gauges are the most recent one set.
+MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 REGISTRY = CollectorRegistry()
 REQUESTS = Counter(
     "chargeback_http_requests", "HTTP requests served", ["method", "route", "status"], registry=REGISTRY
@@ -32,19 +37,21 @@ LATENCY = Histogram(
     "chargeback_http_request_duration_seconds", "HTTP request latency", ["method", "route"], registry=REGISTRY,
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
+
+
+def _gauge(name: str, documentation: str) -> Gauge:
+    """A gauge set from the database when scraped: across serve processes, the value set last counts."""
+    return Gauge(name, documentation, registry=REGISTRY, multiprocess_mode="mostrecent")
+
+
 # Names shared with the rendered alert rules (app/policy/render_alerts.py), which read these gauges.
-INGEST_LAG = Gauge(
-    INGEST_LAG_METRIC, "Seconds between now and the end of the newest ingested hour", registry=REGISTRY
-)
-GAP_HOURS = Gauge(INGEST_GAP_METRIC, "Hours Prometheus could not answer, awaiting retry", registry=REGISTRY)
-INGESTED_HOURS = Gauge("chargeback_ingested_hours", "Hours ingested successfully", registry=REGISTRY)
-DQ_FINDINGS = Gauge("chargeback_data_quality_findings",
-                    "Unit-hours whose reported use exceeded capacity (cut, not billed)", registry=REGISTRY)
-DQ_CUT = Gauge("chargeback_data_quality_cut_gpu_seconds",
-               "GPU-seconds cut at ingestion because a unit reported more than its capacity", registry=REGISTRY)
-LAST_DURATION = Gauge(
-    "chargeback_ingest_last_duration_seconds", "Duration of the most recent hour's ingestion", registry=REGISTRY
-)
+INGEST_LAG = _gauge(INGEST_LAG_METRIC, "Seconds between now and the end of the newest ingested hour")
+GAP_HOURS = _gauge(INGEST_GAP_METRIC, "Hours Prometheus could not answer, awaiting retry")
+INGESTED_HOURS = _gauge("chargeback_ingested_hours", "Hours ingested successfully")
+DQ_FINDINGS = _gauge("chargeback_data_quality_findings", "Unit-hours whose reported use exceeded capacity (cut, not billed)")
+DQ_CUT = _gauge("chargeback_data_quality_cut_gpu_seconds",
+                "GPU-seconds cut at ingestion because a unit reported more than its capacity")
+LAST_DURATION = _gauge("chargeback_ingest_last_duration_seconds", "Duration of the most recent hour's ingestion")
 
 
 SWAGGER = "/static/vendor/swagger-ui-5.35.0"
@@ -88,7 +95,17 @@ def metrics(session: SessionDep) -> Response:
     LAST_DURATION.set(float("nan") if health.last_duration_s is None else health.last_duration_s)
     DQ_FINDINGS.set(health.quality.count)
     DQ_CUT.set(float(health.quality.gpu_seconds_cut))
-    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(_exposed()), media_type=CONTENT_TYPE_LATEST)
+
+
+def _exposed() -> CollectorRegistry:
+    """Every serve process's values when several share the port, else this process's registry."""
+    path = os.environ.get(MULTIPROCESS_DIR_ENV)
+    if not path:
+        return REGISTRY
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=path)
+    return registry
 
 
 def _route_template(scope: Scope) -> str:

@@ -42,7 +42,7 @@ from app.billing.models import (
     TenantUsageRecord,
     UnpooledUsageRecord,
 )
-from app.billing.period import MonthPart, get_period, month_parts, next_month, periods_fingerprint
+from app.billing.period import MonthPart, get_period, month_parts, next_month
 from app.billing.pricing import cents
 from app.billing.rating import rate_period
 from app.billing.readable import Viewer, readable_lines, readable_usage
@@ -52,11 +52,10 @@ from app.core.settings import get_settings
 from app.core.timeutil import SECONDS_PER_HOUR, epoch, utcnow
 from app.metrics.date_ranges import MAX_RANGE_DAYS, DateRange
 from app.metrics.efficiency import mean_activity
-from app.metrics.ingestion_health import ingestion_version
 from app.metrics.namespace_read import NamespaceCell, capacity_by_pool, namespace_cells
 from app.metrics.usage_read import departments_at
 from app.policy.document import UNALLOCATED, UNPOOLED
-from app.policy.service import highest_version_number
+from app.policy.service import data_version
 
 AGGREGATES = ("tenant", "department", "pool", "class", "namespace")
 ALLOCATED, UNALLOCATED_ROW, IDLE, ADJUSTMENT, TOTAL = "allocated", "unallocated", "idle", "adjustment", "total"
@@ -351,8 +350,7 @@ def _stored_usage(session: Session, period: BillingPeriod, viewer: Viewer | None
 
 
 def _estimated_lines(session: Session, part: MonthPart, visible: frozenset[str] | None) -> tuple[str | None, list[CostLine]]:
-    key = (str(session.get_bind().engine.url), part.start, part.end, *ingestion_version(session),
-           highest_version_number(session=session))
+    key = (str(session.get_bind().engine.url), part.start, part.end, data_version(session=session))
     hit = _ESTIMATES.get(key)
     if hit is None or time.monotonic() - hit[0] >= ESTIMATE_TTL_S:
         result = rate_period(load_hours(session=session, start=part.start, end=part.end),
@@ -378,7 +376,8 @@ class _Only:
 
 # A month of hourly rows is summed per request (4-6 s for 8,192 GPUs under load): answers are kept per
 # (database, window, aggregate, who sees what, data version) for ANSWER_TTL_S, as the overview's panels are.
-# The data version changes with every ingested hour, rating run, finalization and policy version.
+# The data version (read from the database, so shared by every serve process) changes with every
+# ingested hour, rating run, correction and policy version.
 ANSWER_TTL_S = 30.0
 ANSWER_MAX = 64
 _ANSWERS: dict[tuple, tuple[float, Allocation]] = {}
@@ -392,7 +391,7 @@ def allocation(*, session: Session, window: DateRange, aggregate: str, viewer: V
         viewer = _Only(viewer, tenant)
     visible = None if viewer is None else viewer.visible_tenants()
     key = (str(session.get_bind().engine.url), window.start, window.end, str(window.tz), aggregate, visible, tenant,
-           *ingestion_version(session), *periods_fingerprint(session=session), highest_version_number(session=session))
+           data_version(session=session))
     hit = _ANSWERS.get(key)
     if hit is not None and time.monotonic() - hit[0] < ANSWER_TTL_S:
         return hit[1]

@@ -14,6 +14,7 @@ from sqlalchemy import BigInteger, Column, LargeBinary, Numeric, Text, UniqueCon
 from sqlmodel import Field, SQLModel
 
 import app.core.models  # noqa: F401  (naming convention)
+from app.core.generation import watch
 
 MONEY = Numeric(18, 2)
 QUANTITY = Numeric(20, 6)
@@ -158,3 +159,7 @@ class IssuedDocument(SQLModel, table=True):
     content: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
     sha256: str = Field(max_length=64)
     created_at: datetime
+
+
+# Rated figures feed cached answers (overview cost, allocation); issued documents are served as stored.
+watch(BillingPeriod, ChargeLineRecord, TenantUsageRecord, UnpooledUsageRecord, UnattributedBreachRecord, PoolCostRecord)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlmodel import Session
 
 from app.billing.models import BillingPeriod, PeriodStatus
@@ -65,12 +65,6 @@ def require_started(period: Period) -> None:
 def get_period(*, session: Session, month: str) -> BillingPeriod | None:
     """The stored period row of a month, if any."""
     return session.execute(select(BillingPeriod).where(BillingPeriod.month == month)).scalars().first()
-
-
-def periods_fingerprint(*, session: Session) -> tuple:
-    """Changes whenever a period is rated, re-rated, finalized or created (for caches of billing figures)."""
-    stmt = select(func.sum(BillingPeriod.revision), func.count(), func.max(BillingPeriod.finalized_at)).select_from(BillingPeriod)
-    return tuple(session.execute(stmt).one())
 
 
 def rated_period(*, session: Session, month: str) -> BillingPeriod:

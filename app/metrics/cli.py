@@ -93,8 +93,11 @@ def worker(
     poll_seconds: float = typer.Option(60.0, "--poll-seconds", help="seconds between rounds"),
     backfill_start: str | None = typer.Option(None, "--backfill-start", help="ingest from this time on (ISO 8601)"),
     backfill_hours: int = typer.Option(24, "--backfill-hours", help="on an empty database, hours back to start from"),
+    batch_hours: int = typer.Option(
+        WINDOW_HOURS, "--batch-hours", min=1, max=WINDOW_HOURS,
+        help="hours claimed and committed together (smaller: several workers share a backlog)"),
 ) -> None:
-    """Ingest every finished hour, catch up after downtime, retry gaps with backoff."""
+    """Ingest every finished hour, catch up after downtime, retry gaps with backoff; several may run at once."""
     from app.metrics.worker import run_worker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -102,7 +105,7 @@ def worker(
     # Deliveries of the event outbox (webhooks, e-mail, budgets) live above metrics: app/cli.py hands them in.
     tasks = (ctx.obj or {}).get("worker_tasks", ())
     report = run_worker(once=once, poll_seconds=poll_seconds, backfill_start=start, backfill_hours=backfill_hours,
-                        tasks=tasks)
+                        batch_hours=batch_hours, tasks=tasks)
     typer.echo(f"ingested {len(report.ingested)} hours, {len(report.gaps)} gaps, {len(report.skipped)} skipped")
 
 

@@ -40,11 +40,6 @@ class IngestionHealth:
         return None if self.lag is None else self.lag.total_seconds() / SECONDS_PER_HOUR
 
 
-def ingestion_version(session: Session) -> tuple:
-    """A cheap fingerprint of what ingestion has written (newest write, hours recorded): caches of rollup reads key on it."""
-    return tuple(session.exec(select(func.max(IngestHour.ingested_at), func.count()).select_from(IngestHour)).one())
-
-
 def ingestion_health(*, session: Session, now: datetime, start: datetime | None = None,
                      end: datetime | None = None) -> IngestionHealth:
     """Lag behind `now`, ok and gap hours, durations and data-quality findings in [start, end) (all when unbounded)."""

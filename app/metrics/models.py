@@ -10,6 +10,7 @@ from sqlalchemy import Column, Index, Numeric, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 import app.core.models  # noqa: F401  (naming convention)
+from app.core.generation import watch
 
 GPU_SECONDS = Numeric(20, 6)
 KWH = Numeric(20, 9)
@@ -168,3 +169,8 @@ class UnitHourRollup(SQLModel, table=True):
     tenants: str = ""  # holder tenants in the hour, sorted, comma-separated
     fb_used_peak_mib: float | None = None  # highest DCGM_FI_DEV_FB_USED in the hour
     policy_version_id: int = Field(foreign_key="policy_version.id")
+
+
+# Every table here feeds the overview, fleet and allocation answers that serve processes cache.
+watch(IngestHour, UsageRollup, NamespaceUsage, PoolHourRollup, PoolHourModel, BreachMinuteRollup, BreachShare,
+      SlaUnresolvedHour, DataQualityFinding, UnitHourRollup)

@@ -141,7 +141,10 @@ def run_worker(*, engine: Engine | None = None, source: MetricsSource | None = N
     """Ingest finished hours until stopped (or one round with `once`); returns what this worker did.
 
     After each ingestion round the worker runs `tasks` (deliveries of the event outbox: webhooks,
-    e-mail, budget checks), which higher layers hand in: this module cannot import them.
+    e-mail, budget checks), which higher layers hand in: this module cannot import them. Several
+    workers run the same tasks at the same time, so every task must claim the rows it acts on before
+    acting (`SELECT ... FOR UPDATE SKIP LOCKED`, a conditional UPDATE of a status, or an advisory lock
+    as `claim` does for hours) and record the outcome in the same transaction: no row is handled twice.
     """
     settings = settings or get_settings()
     engine = engine or get_engine()

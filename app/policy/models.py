@@ -8,6 +8,7 @@ from sqlalchemy import Column, Text
 from sqlmodel import Field, SQLModel
 
 import app.core.models  # noqa: F401  (naming convention)
+from app.core.generation import watch
 
 
 class PolicyVersion(SQLModel, table=True):
@@ -21,3 +22,6 @@ class PolicyVersion(SQLModel, table=True):
     sha256: str
     document: str = Field(sa_column=Column(Text, nullable=False))  # canonical JSON
     comment: str = ""
+
+
+watch(PolicyVersion)  # a new version changes estimates, charts and the fleet's capacity figures

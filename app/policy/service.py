@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from sqlalchemy import func
 from sqlmodel import Session, select
 
+from app.core import generation
 from app.core.audit import record
 from app.core.errors import Conflict, Invalid, NotFound
 from app.core.timeutil import aware, floor_hour, utcnow
@@ -109,6 +110,16 @@ def previous_version(*, session: Session, number: int) -> PolicyVersion | None:
 def highest_version_number(*, session: Session) -> int | None:
     """The number of the newest version stored (a cheap change marker), None when there is none."""
     return session.exec(select(func.max(PolicyVersion.id))).one()
+
+
+def data_version(*, session: Session, at: datetime | None = None) -> tuple:
+    """What caches of derived answers key on: the data generation and the policy version in effect at `at` (now).
+
+    Read from the database by every process, so two serve processes never answer from different data;
+    the version in effect covers a version stored earlier that becomes effective while an answer is cached.
+    """
+    version = version_at(session=session, when=at or utcnow())
+    return generation.cache_key(session), version.id if version else None
 
 
 def list_versions(*, session: Session) -> list[PolicyVersion]:

@@ -9,6 +9,10 @@ import typer
 app = typer.Typer(help="web commands", no_args_is_help=True)
 
 LOOPBACK_PROXIES = "127.0.0.1,::1"
+# uvicorn kills a worker that does not answer its supervisor within this time; a new worker first imports
+# the whole command line and the app (several seconds on a busy 2-core machine): at uvicorn's 5 s the
+# workers were killed while importing, over and over, and one process served everything.
+WORKER_HEALTHCHECK_S = 60
 
 
 def is_loopback(host: str) -> bool:
@@ -32,11 +36,20 @@ def refuse_placeholder_secret_off_loopback(host: str) -> None:
         raise typer.Exit(2)
 
 
+def share_metrics_between_workers() -> None:
+    """Give the worker processes one fresh folder for their metric values, so /metrics counts them all."""
+    import os
+    import tempfile
+
+    # prometheus_client's own setting, read when it is imported: set before uvicorn starts the workers.
+    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="chargeback-metrics-"))
+
+
 @app.command("serve")
 def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on"),
     port: int = typer.Option(8000, "--port", help="TCP port (0: any free port)"),
-    workers: int = typer.Option(1, "--workers", help="Worker processes"),
+    workers: int = typer.Option(1, "--workers", min=1, help="Worker processes sharing the port (state is in the database)"),
     proxy_headers: bool = typer.Option(
         False, "--proxy-headers", help="Trust X-Forwarded-* from a reverse proxy (then cookies get Secure over https)"
     ),
@@ -49,7 +62,9 @@ def serve(
     import uvicorn
 
     refuse_placeholder_secret_off_loopback(host)
+    if workers > 1:
+        share_metrics_between_workers()
     uvicorn.run(
         "app.main:app", host=host, port=port, workers=workers, proxy_headers=proxy_headers,
-        forwarded_allow_ips=forwarded_allow_ips, access_log=False,
+        forwarded_allow_ips=forwarded_allow_ips, access_log=False, timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
     )

@@ -16,11 +16,10 @@ from app.metrics.attribution import UNPOOLED
 from app.metrics.live import LiveCache
 from app.metrics.occupancy_read import HOURLY_MAX_DAYS, occupancy
 from app.metrics.unit_read import tenant_memory_peaks, unit_occupancy
-from app.policy.service import active_document
+from app.policy.service import active_document, data_version
 from app.review.impact import capacity_impact
 from app.web import heat
 from app.web.date_range_picker import range_context, resolve
-from app.web.overview_panels import data_version
 
 router = APIRouter(include_in_schema=False)
 # Per-unit aggregates of a long range scan every unit-hour of a pool: kept per (range, level, data version) for
@@ -71,7 +70,8 @@ def fleet(request: Request, session: SessionDep, user: Staff, start: date | None
           pool: str | None = None, gpu: str | None = None) -> Response:
     rc = resolve(start, end)
     level = "gpu" if pool and gpu else "pool" if pool else "fleet"
-    key = ("heatmap", rc.period.start, rc.period.end, rc.period.tz.key, level, pool, gpu, data_version(session))
+    version = data_version(session=session, at=rc.now)
+    key = ("heatmap", rc.period.start, rc.period.end, rc.period.tz.key, level, pool, gpu, version)
     heatmap_html = UNIT_CACHE.get(key, lambda: _heatmap(session, rc, level, pool, gpu))
     doc = active_document(session=session)
     pools = []
@@ -80,7 +80,7 @@ def fleet(request: Request, session: SessionDep, user: Staff, start: date | None
             nodes = [{"name": n, "mig": doc.isolation.mig.get(n)} for n in p.nodes]
             pools.append({"pool": p, "nodes": nodes, "gpus": len(p.nodes) * p.gpus_per_node,
                           "mig_nodes": sum(1 for n in nodes if n["mig"])})
-    peaks = UNIT_CACHE.get(("peaks", rc.now.replace(minute=0, second=0, microsecond=0), data_version(session)),
+    peaks = UNIT_CACHE.get(("peaks", rc.now.replace(minute=0, second=0, microsecond=0), version),
                            lambda: tenant_memory_peaks(session=session, until=rc.now))
     impact = capacity_impact(None, doc, measured_peaks=peaks) if doc is not None else None
     context = {

@@ -15,14 +15,13 @@ from starlette.responses import Response
 from app.auth.deps import CurrentUser, Principal
 from app.billing.fleet_cost import range_cost
 from app.billing.loader import DocumentCache
-from app.billing.period import periods_fingerprint
 from app.core.deps import SessionDep
 from app.http.templating import render
 from app.metrics import usage_read
 from app.metrics.breaches_read import services
 from app.metrics.date_ranges import DateRange
-from app.metrics.ingestion_health import ingestion_health, ingestion_version
-from app.policy.service import active_document, highest_version_number
+from app.metrics.ingestion_health import ingestion_health
+from app.policy.service import active_document, data_version
 from app.web.charts import chart_json, class_colour
 from app.web.date_range_picker import presets, resolve
 
@@ -94,24 +93,16 @@ def daily_chart(usage: usage_read.DailyUsage, ingested: set) -> str:
     return chart_json({"labels": labels, "datasets": datasets})
 
 
-# Rollups change only when an hour is ingested, a period is rated or a policy version is added: the
-# aggregations are kept per (range, visible tenants, that data version) for at most CACHE_TTL_S, which also
-# bounds how late a policy version that becomes effective later shows up. Per process; bounded in size.
+# The aggregations are kept per (range, visible tenants, data version) for at most CACHE_TTL_S: the data
+# version is read from the database, so every serve process recomputes after a write anywhere. Bounded in size.
 CACHE_TTL_S = 30.0
 CACHE_MAX = 64
 _CACHE: dict[tuple, tuple[float, dict]] = {}
 
 
-def data_version(session: Session) -> tuple:
-    """A cheap fingerprint of everything the overview aggregates."""
-    billing = periods_fingerprint(session=session)
-    policy = highest_version_number(session=session)
-    return (*ingestion_version(session), *billing, policy)
-
-
 def _cached_aggregates(*, session: Session, user: Principal, period: DateRange, now: datetime, today: date) -> dict:
     tenants = user.visible_tenants()
-    key = (period.start, period.end, period.tz.key, today, tenants, data_version(session))
+    key = (period.start, period.end, period.tz.key, today, tenants, data_version(session=session, at=now))
     hit = _CACHE.get(key)
     if hit is not None and time.monotonic() - hit[0] < CACHE_TTL_S:
         return hit[1]

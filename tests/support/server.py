@@ -33,6 +33,7 @@ class ServerFailed(RuntimeError):
 class Portal:
     base: str
     log_path: Path
+    pid: int  # the server's process (with --workers, the supervisor of the workers)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -55,7 +56,7 @@ def running_portal(database_url: str, *, extra_args: tuple[str, ...] = (), log_d
             [*command, "--host", "127.0.0.1", "--port", str(port), *extra_args],
             cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
         )
-    portal = Portal(base=f"http://127.0.0.1:{port}", log_path=log_path)
+    portal = Portal(base=f"http://127.0.0.1:{port}", log_path=log_path, pid=proc.pid)
     try:
         deadline = time.monotonic() + timeout_s
         while True:

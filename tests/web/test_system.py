@@ -1,5 +1,8 @@
 """/healthz and the portal's own /metrics (Prometheus text format, checked with the official parser)."""
 
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -116,3 +119,28 @@ async def test_metrics_and_health_panel_report_use_cut_at_capacity(client, sessi
                               headers={"HX-Request": "true"})).text
     assert 'id="data-quality"' in panel and "2 unit-hours reported more than capacity" in panel
     assert "1.5 GPU-hours cut, not billed" in panel and "gpu-a100-01/GPU-B" in panel
+
+
+def test_metrics_count_the_requests_of_every_serve_worker(tmp_path, fresh_db_url):
+    """`chargeback serve --workers 2`: whichever worker answers the scrape reports both workers' requests."""
+    import httpx
+
+    from tests.support.billing import CLI
+    from tests.support.server import running_portal
+
+    shared = tmp_path / "metrics"
+    shared.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(shared)}
+    with running_portal(fresh_db_url, command=(str(CLI), "serve"), extra_args=("--workers", "2"), env=env) as portal:
+        sent, deadline = 0, time.monotonic() + 60
+        # Concurrent connections until both workers have served one (each then holds a counter file of its
+        # own): one at a time, the worker that answered the last one usually accepts the next as well.
+        with ThreadPoolExecutor(16) as pool:
+            while len(list(shared.glob("counter_*.db"))) < 2:
+                assert time.monotonic() < deadline, "one worker got every connection"
+                codes = list(pool.map(lambda _: httpx.get(f"{portal.base}/no-such-page").status_code, range(16)))
+                assert codes == [404] * 16
+                sent += 16
+        key = ("chargeback_http_requests_total", (("method", "GET"), ("route", "unmatched"), ("status", "404")))
+        for _ in range(6):  # scrapes land on either worker
+            assert _samples(httpx.get(f"{portal.base}/metrics").text)[key] == sent
