@@ -57,7 +57,8 @@ def fleet_cost(*, session: Session, month: str, start: datetime, end: datetime, 
     rows = session.execute(
         select(PoolHourModel.hour, PoolHourModel.pool, PoolHourRollup.policy_version_id, PoolHourModel.model,
                PoolHourModel.gpus, PoolHourModel.measured_gpus, PoolHourModel.measured_kwh)
-        .join(PoolHourRollup, (PoolHourRollup.hour == PoolHourModel.hour) & (PoolHourRollup.pool == PoolHourModel.pool))
+        .join(PoolHourRollup, (PoolHourRollup.hour == PoolHourModel.hour) & (PoolHourRollup.cluster == PoolHourModel.cluster)
+              & (PoolHourRollup.pool == PoolHourModel.pool))
         .where(PoolHourModel.hour >= start, PoolHourModel.hour < end, PoolHourRollup.gpus > 0)
     ).all()
     if not rows:

@@ -20,9 +20,10 @@ from sqlmodel import Session
 
 from app.core.errors import FieldError, Invalid
 from app.core.timeutil import SECONDS_PER_HOUR, aware, floor_hour
+from app.metrics.cluster_hours import ClusterHours, cluster_counts, hour_states, scope
 from app.metrics.date_ranges import MAX_RANGE_DAYS, DateRange, DayOf, day_column, days_of
 from app.metrics.efficiency import mean_activity
-from app.metrics.models import IngestHour, IngestStatus, PoolHourRollup, UsageRollup
+from app.metrics.models import IngestStatus, PoolHourRollup, UsageRollup
 from app.metrics.visibility import readable
 from app.policy.models import PolicyVersion
 
@@ -113,15 +114,15 @@ def usage_summary(
         }
         for key, (busy, dark, activity, samples) in sorted(groups.items())
     ]
-    statuses = _statuses(session, start, end)
+    states = list(hour_states(session=session, start=start, end=end, clusters=scope()).values())
     return {
         "start": start,
         "end": end,
         "group_by": group_by,
         "rows": rows,
         "hours_expected": int((end - start).total_seconds() // SECONDS_PER_HOUR),
-        "hours_ok": statuses.get(IngestStatus.OK, 0),
-        "gap_hours": statuses.get(IngestStatus.GAP, 0),
+        "hours_ok": states.count(IngestStatus.OK),
+        "gap_hours": states.count(IngestStatus.GAP),
     }
 
 
@@ -178,6 +179,8 @@ class Coverage:
     ok: int
     gaps: int
     expected: int | None = None
+    # With several clusters in scope: each one's ok and gap hours (an hour is ok above only when ok in every one).
+    clusters: tuple[ClusterHours, ...] = ()
 
     @property
     def missing(self) -> int:
@@ -198,40 +201,35 @@ class Coverage:
         return self.hours < self.total
 
 
-def _statuses(session: Session, start: datetime, end: datetime) -> dict[str, int]:
-    """Ingested hours of [start, end) by status (ok, gap)."""
-    return {status: int(n) for status, n in session.execute(
-        select(IngestHour.status, func.count())
-        .where(IngestHour.hour >= start, IngestHour.hour < end)
-        .group_by(IngestHour.status)
-    ).all()}
+def hours_coverage(*, session: Session, start: datetime, end: datetime, now: datetime,
+                   cluster: str | None = None) -> Coverage:
+    """Ingestion coverage of the UTC hours [start, end): every hour expected, those finished by `now` due.
 
-
-def hours_coverage(*, session: Session, start: datetime, end: datetime, now: datetime) -> Coverage:
-    """Ingestion coverage of the UTC hours [start, end): every hour expected, those finished by `now` due."""
+    Of one cluster, or (None) of the fleet: an hour counts as ingested when every cluster's is (cluster_hours).
+    """
     start, end = aware(start), aware(end)
     expected = max(0, int((end - start).total_seconds() // SECONDS_PER_HOUR))
     done_until = min(end, floor_hour(now))
     hours_done = max(0, int((done_until - start).total_seconds() // SECONDS_PER_HOUR))
-    counts = _statuses(session, start, end)
-    return Coverage(hours=hours_done, ok=counts.get(IngestStatus.OK, 0), gaps=counts.get(IngestStatus.GAP, 0),
-                    expected=expected)
+    clusters = scope(cluster)
+    states = list(hour_states(session=session, start=start, end=end, clusters=clusters).values())
+    per_cluster = tuple(cluster_counts(session=session, start=start, end=end, clusters=clusters)) if len(clusters) > 1 else ()
+    return Coverage(hours=hours_done, ok=states.count(IngestStatus.OK), gaps=states.count(IngestStatus.GAP),
+                    expected=expected, clusters=per_cluster)
 
 
-def coverage(*, session: Session, period: DateRange, now: datetime) -> Coverage:
+def coverage(*, session: Session, period: DateRange, now: datetime, cluster: str | None = None) -> Coverage:
     """Ingestion coverage of `period` up to `now` (future hours are not counted as missing)."""
-    return hours_coverage(session=session, start=period.start_utc, end=period.end_utc, now=now)
+    return hours_coverage(session=session, start=period.start_utc, end=period.end_utc, now=now, cluster=cluster)
 
 
-def ingested_days(*, session: Session, period: DateRange, hourly: bool = False) -> set[date] | set[datetime]:
-    """Days of the range with at least one ingested hour: the others have no figures (charts draw a gap, not 0).
-    `hourly`: the ingested hours themselves (local time), for a chart by hour."""
+def ingested_days(*, session: Session, period: DateRange, hourly: bool = False,
+                  cluster: str | None = None) -> set[date] | set[datetime]:
+    """Days of the range with at least one ingested hour (in every cluster of the scope): the others have no figures
+    (charts draw a gap, not 0). `hourly`: the ingested hours themselves (local time), for a chart by hour."""
     day_of = _local_hour(period.tz) if hourly else DayOf(period.tz)
-    rows = session.execute(
-        select(IngestHour.hour).where(IngestHour.hour >= period.start_utc, IngestHour.hour < period.end_utc,
-                                      IngestHour.status == IngestStatus.OK)
-    ).scalars()
-    return {day_of(hour) for hour in rows}
+    states = hour_states(session=session, start=period.start_utc, end=period.end_utc, clusters=scope(cluster))
+    return {day_of(hour) for hour, state in states.items() if state == IngestStatus.OK}
 
 
 # --- usage over time -------------------------------------------------------------------------------------

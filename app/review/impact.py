@@ -21,6 +21,7 @@ from app.billing.types import PLATFORM, LineKind, RatingResult
 from app.core.errors import AppError, FieldError, Invalid
 from app.core.settings import get_settings
 from app.core.timeutil import aware, utcnow
+from app.metrics.cluster_hours import hour_states, scope
 from app.metrics.models import IngestHour, IngestStatus, UsageRollup
 from app.metrics.prometheus_api import PromReader
 from app.metrics.serving import bucket_lookup
@@ -139,10 +140,9 @@ def month_before(month: str) -> str:
 
 
 def _ok_hours(session: Session, period: Period) -> int:
-    return session.exec(
-        select(func.count()).select_from(IngestHour)
-        .where(IngestHour.hour >= period.start, IngestHour.hour < period.end, IngestHour.status == IngestStatus.OK)
-    ).one()
+    """Hours of the month ingested in every cluster (cluster_hours' rule)."""
+    states = hour_states(session=session, start=period.start, end=period.end, clusters=scope())
+    return sum(1 for state in states.values() if state == IngestStatus.OK)
 
 
 def _coverage(session: Session, period: Period) -> dict:

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from sqlmodel import Session, select
 
+from app.core.clusters import DEFAULT_CLUSTER
 from app.core.timeutil import from_epoch
 from app.metrics.models import BreachMinuteRollup, BreachShare, IngestHour, PoolHourModel, PoolHourRollup, UsageRollup
 from app.policy.service import import_version
@@ -52,4 +53,4 @@ def snapshot(session: Session, hour_epoch: int) -> dict:
 
 def status(session: Session, hour_epoch: int) -> IngestHour | None:
     session.expire_all()
-    return session.get(IngestHour, from_epoch(hour_epoch))
+    return session.get(IngestHour, (DEFAULT_CLUSTER, from_epoch(hour_epoch)))
