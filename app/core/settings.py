@@ -33,7 +33,7 @@ class Settings(BaseSettings):
     # replaces prometheus_url. Unset: the one cluster `default` read from prometheus_url.
     clusters: str = ""
     clusters_file: str | None = None
-    _clusters: list[ClusterConfig] = PrivateAttr(default_factory=list)
+    _clusters: tuple[tuple, list[ClusterConfig]] | None = PrivateAttr(default=None)
     # Unset: each scrape target's interval is inferred from the samples it stored; set to override.
     scrape_interval_s: int | None = None
     # dcgm-exporter's own pod (a series naming it is a free unit); comma lists, empty = the defaults
@@ -134,20 +134,27 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _clusters_parse(self) -> Settings:
-        # A ClusterConfigError propagates unwrapped: its message names fields, never their (secret) values.
-        self._clusters = load_clusters(inline=self.clusters, file=self.clusters_file, prometheus_url=self.prometheus_url,
-                                       simulator_seed=self.simulator_seed, simulator_gpus=self.simulator_gpus)
+        self.cluster_configs()  # a bad cluster list stops the start, not the first ingestion
         return self
 
     def cluster_configs(self) -> list[ClusterConfig]:
-        """Every configured cluster, in configuration order (one, `default`, unless clusters are listed)."""
-        return list(self._clusters)
+        """Every configured cluster, in configuration order (one, `default`, unless clusters are listed).
+
+        Parsed again when the fields it comes from change (a `model_copy(update=...)` runs no validator).
+        A ClusterConfigError propagates unwrapped: its message names fields, never their (secret) values.
+        """
+        key = (self.clusters, self.clusters_file, self.prometheus_url, self.simulator_seed, self.simulator_gpus)
+        if self._clusters is None or self._clusters[0] != key:
+            self._clusters = (key, load_clusters(inline=self.clusters, file=self.clusters_file,
+                                                 prometheus_url=self.prometheus_url, simulator_seed=self.simulator_seed,
+                                                 simulator_gpus=self.simulator_gpus))
+        return list(self._clusters[1])
 
     def cluster_names(self) -> list[str]:
-        return [c.name for c in self._clusters]
+        return [c.name for c in self.cluster_configs()]
 
     def cluster(self, name: str) -> ClusterConfig | None:
-        return next((c for c in self._clusters if c.name == name), None)
+        return next((c for c in self.cluster_configs() if c.name == name), None)
 
     @property
     def tz(self) -> ZoneInfo:

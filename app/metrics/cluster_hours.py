@@ -17,7 +17,8 @@ from sqlalchemy import case, func, select
 from sqlmodel import Session
 
 from app.core.timeutil import aware
-from app.metrics.models import IngestHour, IngestStatus
+from app.metrics.models import IngestHour, IngestStatus, PoolHourRollup
+from app.policy.document import UNPOOLED
 
 
 def scope(cluster: str | None = None) -> list[str]:
@@ -69,3 +70,25 @@ def cluster_counts(*, session: Session, start: datetime, end: datetime, clusters
     ).all()
     found = {cluster: (int(ok or 0), int(gaps or 0)) for cluster, ok, gaps in rows}
     return [ClusterHours(c, *found.get(c, (0, 0))) for c in clusters]
+
+
+def pool_clusters(*, session: Session, start: datetime, end: datetime) -> dict[str, str]:
+    """Named pool -> the cluster its rollups in [start, end) came from (`unpooled`, every cluster's, is left out)."""
+    rows = session.execute(
+        select(PoolHourRollup.pool, PoolHourRollup.cluster).distinct()
+        .where(PoolHourRollup.hour >= aware(start), PoolHourRollup.hour < aware(end), PoolHourRollup.pool != UNPOOLED)
+        .order_by(PoolHourRollup.pool, PoolHourRollup.cluster)
+    ).all()
+    return {pool: cluster for pool, cluster in rows}
+
+
+def check_cluster(value: str | None, *, path: str = "query.cluster") -> str | None:
+    """A cluster filter: "" or None for every cluster, else a configured cluster's name (422 naming `path`)."""
+    if not value:
+        return None
+    known = scope()
+    if value not in known:
+        from app.core.errors import FieldError, Invalid
+
+        raise Invalid(f"{value[:63]!r} is not a cluster", [FieldError(path, "one of: " + ", ".join(known))])
+    return value

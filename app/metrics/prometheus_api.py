@@ -38,8 +38,9 @@ def get_body(session: requests.Session, url: str, params: dict | list, *, timeou
     began = time.monotonic()
     cutoff = began + deadline_s
     try:
-        response = session.get(url, params=params, headers=headers, auth=auth, stream=True,
-                               timeout=(min(timeout_s, deadline_s), min(timeout_s, deadline_s)))
+        # verify and cert passed on explicitly: requests lets REQUESTS_CA_BUNDLE override a session's own verify.
+        response = session.get(url, params=params, headers=headers, auth=auth, stream=True, verify=session.verify,
+                               cert=session.cert, timeout=(min(timeout_s, deadline_s), min(timeout_s, deadline_s)))
     except requests.RequestException as exc:
         raise Unavailable(f"{_base(url)} did not answer: {type(exc).__name__}") from exc
     with response:

@@ -33,7 +33,7 @@ def get_sources(settings: Settings) -> dict[str, MetricsSource]:
 
 def get_source(settings: Settings, cluster: str | None = None) -> MetricsSource:
     """One cluster's source: `cluster`, else the default cluster, else the first configured."""
-    return source_for(_config(settings, cluster), settings)
+    return source_for(cluster_config(settings, cluster), settings)
 
 
 def prometheus_clusters(settings: Settings) -> list[ClusterConfig]:
@@ -41,7 +41,8 @@ def prometheus_clusters(settings: Settings) -> list[ClusterConfig]:
     return [c for c in settings.cluster_configs() if c.url]
 
 
-def _config(settings: Settings, cluster: str | None) -> ClusterConfig:
+def cluster_config(settings: Settings, cluster: str | None) -> ClusterConfig:
+    """The named cluster's configuration (404 when unknown), else the default cluster's, else the first."""
     configs = settings.cluster_configs()
     if cluster is not None:
         found = settings.cluster(cluster)
@@ -58,7 +59,7 @@ _LIVE: dict[tuple, object] = {}
 
 def get_live_source(settings: Settings, cluster: str | None = None):
     """The live fleet's source of one cluster: its Prometheus, else the same simulator ingestion reads (built once)."""
-    config = _config(settings, cluster)
+    config = cluster_config(settings, cluster)
     if config.url:
         from app.metrics.live import PrometheusLive
 

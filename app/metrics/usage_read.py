@@ -56,12 +56,19 @@ class UsageCell:
         return self.busy_gpu_hours + self.dark_gpu_hours
 
 
-def usage_cells(*, session: Session, start: datetime, end: datetime, tenants: frozenset[str] | None) -> list[UsageCell]:
-    """GPU-hours (busy, dark) and activity per tenant, pool and class in [start, end), for the tenants the viewer may read."""
+def _in_cluster(table, cluster: str | None) -> list:
+    """The WHERE clause of one cluster's rows (none: every cluster)."""
+    return [] if cluster is None else [table.cluster == cluster]
+
+
+def usage_cells(*, session: Session, start: datetime, end: datetime, tenants: frozenset[str] | None,
+                cluster: str | None = None) -> list[UsageCell]:
+    """GPU-hours (busy, dark) and activity per tenant, pool and class in [start, end), for the tenants the viewer may
+    read (of one cluster when given)."""
     stmt = readable(
         select(UsageRollup.tenant, UsageRollup.pool, UsageRollup.klass, UsageRollup.dark, func.sum(UsageRollup.gpu_seconds),
                func.sum(UsageRollup.activity_sum), func.sum(UsageRollup.activity_samples))
-        .where(UsageRollup.hour >= start, UsageRollup.hour < end)
+        .where(UsageRollup.hour >= start, UsageRollup.hour < end, *_in_cluster(UsageRollup, cluster))
         .group_by(UsageRollup.tenant, UsageRollup.pool, UsageRollup.klass, UsageRollup.dark),
         UsageRollup, tenants,
     )
@@ -152,13 +159,14 @@ class TenantClassHours:
 
 
 def gpu_hours_by_tenant_class(
-    *, session: Session, period: DateRange, tenants: frozenset[str] | None
+    *, session: Session, period: DateRange, tenants: frozenset[str] | None, cluster: str | None = None
 ) -> list[TenantClassHours]:
     """GPU-hours per tenant and workload class in `period` (dark and busy time), largest tenants first."""
     if tenants is not None and not tenants:
         return []
     by_key: dict[tuple[str, str], Decimal] = defaultdict(lambda: ZERO)
-    for cell in usage_cells(session=session, start=period.start_utc, end=period.end_utc, tenants=tenants):
+    for cell in usage_cells(session=session, start=period.start_utc, end=period.end_utc, tenants=tenants,
+                            cluster=cluster):
         by_key[(cell.tenant, cell.klass)] += cell.gpu_hours
     rows = [TenantClassHours(tenant=t, klass=k, gpu_hours=h) for (t, k), h in by_key.items()]
     totals: dict[str, Decimal] = defaultdict(lambda: ZERO)
@@ -258,7 +266,8 @@ def hours_of(period: DateRange) -> list[datetime]:
     return [(start + timedelta(hours=i)).astimezone(period.tz) for i in range(int((end - start).total_seconds()) // SECONDS_PER_HOUR)]
 
 
-def daily_usage(*, session: Session, period: DateRange, tenants: frozenset[str] | None, hourly: bool = False) -> DailyUsage:
+def daily_usage(*, session: Session, period: DateRange, tenants: frozenset[str] | None, hourly: bool = False,
+                cluster: str | None = None) -> DailyUsage:
     """GPU-hours by class per day (and idle = capacity - used for the whole fleet); `hourly`: per hour instead
     (a short range), keyed by the local hour."""
     in_db = None if hourly else day_column(session, UsageRollup.hour, period.tz)
@@ -266,7 +275,7 @@ def daily_usage(*, session: Session, period: DateRange, tenants: frozenset[str] 
     bucket = UsageRollup.hour if in_db is None else in_db
     query = (
         select(bucket, UsageRollup.klass, UsageRollup.dark, func.sum(UsageRollup.gpu_seconds))
-        .where(UsageRollup.hour >= period.start_utc, UsageRollup.hour < period.end_utc)
+        .where(UsageRollup.hour >= period.start_utc, UsageRollup.hour < period.end_utc, *_in_cluster(UsageRollup, cluster))
         .group_by(bucket, UsageRollup.klass, UsageRollup.dark)
     )
     # Seconds are summed per day first and divided once: a Decimal division per row costs more than the query.
@@ -287,7 +296,8 @@ def daily_usage(*, session: Session, period: DateRange, tenants: frozenset[str] 
         cap_bucket = PoolHourRollup.hour if in_db is None else day_column(session, PoolHourRollup.hour, period.tz)
         rows = session.execute(
             select(cap_bucket, func.sum(PoolHourRollup.capacity_gpu_seconds))
-            .where(PoolHourRollup.hour >= period.start_utc, PoolHourRollup.hour < period.end_utc)
+            .where(PoolHourRollup.hour >= period.start_utc, PoolHourRollup.hour < period.end_utc,
+                   *_in_cluster(PoolHourRollup, cluster))
             .group_by(cap_bucket)
         )
         for hour, seconds in rows:
@@ -337,18 +347,21 @@ class DarkShare:
         return None if not self.used_hours else self.dark_hours / self.used_hours
 
 
-def dark_share(*, session: Session, period: DateRange, tenants: frozenset[str] | None) -> DarkShare:
-    """Share of pool-minutes that were dark, and share of GPU-hours used in dark time."""
+def dark_share(*, session: Session, period: DateRange, tenants: frozenset[str] | None,
+               cluster: str | None = None) -> DarkShare:
+    """Share of pool-minutes that were dark, and share of GPU-hours used in dark time (of one cluster when given)."""
     pool_hours, dark_minutes = session.execute(
         select(func.count(), func.sum(PoolHourRollup.dark_minutes))
-        .where(PoolHourRollup.hour >= period.start_utc, PoolHourRollup.hour < period.end_utc)
+        .where(PoolHourRollup.hour >= period.start_utc, PoolHourRollup.hour < period.end_utc,
+               *_in_cluster(PoolHourRollup, cluster))
     ).one()
     used = ZERO
     dark = ZERO
     if tenants is None or tenants:
         query = readable(
             select(UsageRollup.dark, func.sum(UsageRollup.gpu_seconds))
-            .where(UsageRollup.hour >= period.start_utc, UsageRollup.hour < period.end_utc)
+            .where(UsageRollup.hour >= period.start_utc, UsageRollup.hour < period.end_utc,
+                   *_in_cluster(UsageRollup, cluster))
             .group_by(UsageRollup.dark),
             UsageRollup, tenants,
         )

@@ -373,8 +373,8 @@ def _mig(doc: PolicyDocument, report: _Report) -> None:
             report.error(base, f"node '{node}' is not in any pool")
         in_clusters = sorted({p.cluster for p in doc.pools if node in p.nodes})
         if len(in_clusters) > 1:
-            report.error(base, f"node '{node}' is in pools of clusters {', '.join(in_clusters)}: a MIG layout keyed by "
-                               "node name cannot say which node it is (rename one of the nodes)")
+            report.warning(base, f"node '{node}' is in pools of clusters {', '.join(in_clusters)}: this layout applies "
+                                 "to the node of that name in each of them")
         model_name = _mig_model(doc, node, layout.model, report)
         if model_name is None:
             continue
