@@ -118,7 +118,7 @@ def _coverage_item(state: CloseState) -> ChecklistItem:
         return ChecklistItem(
             "coverage", title, ItemStatus.BLOCKS,
             detail + f"; the month has not ended ({_plural(c.total - c.hours, 'hour')} still to come, never billed "
-            "once it is closed).",
+            "once it is closed)." + _by_cluster(c),
             "Close the month after it has ended and its last hours are ingested; to close it now anyway, tick "
             "\u201cAccept the missing hours\u201d below and give a reason.",
             accept="accept_gaps",
@@ -139,12 +139,14 @@ def _coverage_item(state: CloseState) -> ChecklistItem:
 
 
 def _by_cluster(c: Coverage) -> str:
-    """With several clusters, which of them miss hours (an hour is ingested when every cluster's is)."""
+    """With several clusters, those behind the others or with gaps (an hour is ingested when every cluster's is)."""
+    most = max((h.ok for h in c.clusters), default=0)
     short = [f"{h.cluster}: {h.ok:,} ingested" + (f", {_plural(h.gaps, 'gap')}" if h.gaps else "")
-             for h in c.clusters if h.ok < c.total]
+             for h in c.clusters if h.gaps or h.ok < most]
     if not short:
         return ""
-    return (" By cluster (the others' use in those hours is billed; theirs is not): " + "; ".join(short) + ".")
+    return (" Behind by cluster (the other clusters' use in those hours is billed, theirs is not): "
+            + "; ".join(short) + ".")
 
 
 def _unpooled_item(state: CloseState) -> ChecklistItem:
