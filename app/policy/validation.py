@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
+from app.core.clusters import DEFAULT_CLUSTER
 from app.core.errors import FieldError
 from app.policy import gpus
 from app.policy.document import RESERVED_TENANT_NAMES, UNPOOLED, PolicyDocument, Pool
@@ -170,6 +171,7 @@ def _pools(doc: PolicyDocument, report: _Report, clusters: Sequence[str]) -> Non
     names: dict[str, int] = {}
     # Node names are per cluster: the same name in two clusters is two nodes.
     node_pool: dict[tuple[str, str], str] = {}
+    several = doc.clusters() != [DEFAULT_CLUSTER]
     paths = pool_paths(doc)
     for i, pool in enumerate(doc.pools):
         if pool.name in names:
@@ -183,7 +185,8 @@ def _pools(doc: PolicyDocument, report: _Report, clusters: Sequence[str]) -> Non
             other = node_pool.get((pool.cluster, node))
             if other is not None:
                 message = (f"node '{node}' is listed twice" if other == pool.name
-                           else f"node '{node}' is already in pool '{other}' of cluster '{pool.cluster}'")
+                           else f"node '{node}' is already in pool '{other}'"
+                           + (f" of cluster '{pool.cluster}'" if several else ""))
                 report.error(path_of(paths[i], "nodes", k), message)
             node_pool.setdefault((pool.cluster, node), pool.name)
         for k, node in enumerate(pool.time_sliced_nodes):

@@ -32,6 +32,7 @@ from app.metrics.attribution import attribute_hour, split_hours
 from app.metrics.models import IngestHour, PoolHourRollup, UsageRollup
 from app.metrics.prometheus_source import PrometheusSource
 from app.metrics.simulator import Simulator
+from app.metrics.simulator.policy import clusters_policy
 from app.metrics.usage_read import hours_coverage
 from app.metrics.worker import run_worker
 from app.policy.document import PolicyDocument
@@ -72,31 +73,18 @@ def service_of(cluster: str, service: str) -> str:
     return f"{service}-{cluster}"
 
 
-def cluster_part(sim: Simulator, cluster: str, *, as_cluster: str) -> dict:
-    """`sim`'s seed policy with its pools and services renamed for `cluster`, its pools in `as_cluster`."""
-    data = sim.policy().to_data()
+def alone_policy(sims, cluster: str) -> PolicyDocument:
+    """The cluster as a single-cluster install would have it (its pools in the default cluster), for the oracle:
+    the simulator's seed policy, renamed here as `clusters_policy` names the combined document's pools."""
+    data = sims[cluster].policy().to_data()
     for pool in data["pools"]:
-        pool["name"], pool["cluster"] = renamed(cluster, pool["name"]), as_cluster
+        pool["name"] = renamed(cluster, pool["name"])
     for sla in data["sla"]:
         sla["service"], sla["pool"] = service_of(cluster, sla["service"]), renamed(cluster, sla["pool"])
     for quota in data["quotas"]:
         quota["pool"] = renamed(cluster, quota["pool"])
     data["isolation"]["node_taints"] = {renamed(cluster, p): t for p, t in data["isolation"]["node_taints"].items()}
-    return data
-
-
-def combined_policy(sims) -> PolicyDocument:
-    """One document for both clusters: tenants shared (a namespace is the same tenant's in each), pools per cluster."""
-    east, west = (cluster_part(sims[c], c, as_cluster=c) for c in CLUSTERS)
-    for key in ("pools", "sla", "quotas"):
-        east[key] += west[key]
-    east["isolation"]["node_taints"].update(west["isolation"]["node_taints"])
-    return PolicyDocument.model_validate(east)  # MIG layouts: the same node names, one layout each (a warning)
-
-
-def alone_policy(sims, cluster: str) -> PolicyDocument:
-    """The cluster as a single-cluster install would have it (pools in the default cluster), for the oracle."""
-    return PolicyDocument.model_validate(cluster_part(sims[cluster], cluster, as_cluster="default"))
+    return PolicyDocument.model_validate(data)
 
 
 @pytest.fixture
@@ -166,7 +154,7 @@ def statuses(session: Session) -> dict[str, list[str]]:
 
 def test_one_cluster_killed_mid_month_is_a_gap_of_its_own_then_filled(fresh_engine, sims, servers, configured):
     settings = configured
-    doc = combined_policy(sims)
+    doc = clusters_policy(sims)  # tenants shared, pools and services per cluster, the same node names in both
     with unit_of_work(fresh_engine) as session:
         import_version(session=session, document=doc, actor="test", effective_from=START - timedelta(days=1))
     clock = [START + HOUR * KILLED_AFTER + timedelta(seconds=200)]
