@@ -30,16 +30,20 @@ def scope(cluster: str | None = None) -> list[str]:
     return get_settings().cluster_names()
 
 
+def _counts(session: Session, start: datetime, end: datetime, clusters: Sequence[str], by) -> list:
+    """(key, ok rows, gap rows) of the clusters' hours in [start, end), grouped by `by` (the hour, or the cluster)."""
+    return session.execute(
+        select(by, func.sum(case((IngestHour.status == IngestStatus.OK, 1), else_=0)),
+               func.sum(case((IngestHour.status == IngestStatus.GAP, 1), else_=0)))
+        .where(IngestHour.hour >= aware(start), IngestHour.hour < aware(end), IngestHour.cluster.in_(list(clusters)))
+        .group_by(by)
+    ).all()
+
+
 def hour_states(*, session: Session, start: datetime, end: datetime, clusters: Sequence[str]) -> dict[datetime, str]:
     """Hour start -> `ok` (every cluster's hour ok) or `gap` (some cluster's a gap) for the hours of [start, end) that
     are either; an hour absent is not ingested yet in some cluster."""
-    rows = session.execute(
-        select(IngestHour.hour,
-               func.sum(case((IngestHour.status == IngestStatus.OK, 1), else_=0)),
-               func.sum(case((IngestHour.status == IngestStatus.GAP, 1), else_=0)))
-        .where(IngestHour.hour >= aware(start), IngestHour.hour < aware(end), IngestHour.cluster.in_(list(clusters)))
-        .group_by(IngestHour.hour)
-    ).all()
+    rows = _counts(session, start, end, clusters, IngestHour.hour)
     need = len(set(clusters))
     out: dict[datetime, str] = {}
     for hour, ok, gaps in rows:
@@ -61,13 +65,7 @@ class ClusterHours:
 
 def cluster_counts(*, session: Session, start: datetime, end: datetime, clusters: Sequence[str]) -> list[ClusterHours]:
     """Ok and gap hours of [start, end) per cluster, in the order given (a cluster with no row counts zero)."""
-    rows = session.execute(
-        select(IngestHour.cluster,
-               func.sum(case((IngestHour.status == IngestStatus.OK, 1), else_=0)),
-               func.sum(case((IngestHour.status == IngestStatus.GAP, 1), else_=0)))
-        .where(IngestHour.hour >= aware(start), IngestHour.hour < aware(end), IngestHour.cluster.in_(list(clusters)))
-        .group_by(IngestHour.cluster)
-    ).all()
+    rows = _counts(session, start, end, clusters, IngestHour.cluster)
     found = {cluster: (int(ok or 0), int(gaps or 0)) for cluster, ok, gaps in rows}
     return [ClusterHours(c, *found.get(c, (0, 0))) for c in clusters]
 

@@ -60,7 +60,8 @@ def ingestion_health(*, session: Session, now: datetime, start: datetime | None 
                                .where(IngestHour.cluster.in_(clusters))).one()
     states = [] if first is None else list(hour_states(
         session=session, start=start or aware(first), end=end or aware(last) + HOUR, clusters=clusters).values())
-    last_ok = None if any(p.last_ok is None for p in parts) else min(p.last_ok for p in parts)
+    # The most behind cluster's newest hour (of those with any: one that never ingested shows in its own health).
+    last_ok = min((p.last_ok for p in parts if p.last_ok is not None), default=None)
     done = [p for p in parts if p.last_duration_s is not None]
     counted = [(p.mean_duration_s, p.ok_count) for p in parts if p.mean_duration_s is not None and p.ok_count]
     mean = sum(m * n for m, n in counted) / sum(n for _, n in counted) if counted else None

@@ -3,9 +3,6 @@ that cannot be read never holds the others back."""
 
 from __future__ import annotations
 
-import threading
-import time
-
 from sqlmodel import Session, select
 
 from app.core.clusters import DEFAULT_CLUSTER
@@ -16,20 +13,12 @@ from app.metrics.models import IngestHour, PoolHourRollup, UsageRollup
 from app.metrics.prometheus_source import PrometheusSource
 from app.metrics.worker import LOCK_CLASS, lock_key, pending_hours, run_worker
 from tests.support import scenario
-from tests.support.ingest import add_policy
+from tests.support.ingest import SlowSource, add_policy, at_once
 from tests.support.prometheus import free_port
 
 H = scenario.H
 SETTINGS = Settings(scrape_interval_s=30, ingest_delay_s=120)
 HOURS = [from_epoch(H + k * 3600) for k in range(3)]
-
-
-class SlowSource(PrometheusSource):
-    """A real PrometheusSource that takes a while per fetch, so that two workers overlap."""
-
-    def fetch(self, **kwargs):
-        time.sleep(0.2)
-        return super().fetch(**kwargs)
 
 
 def test_lock_keys_are_per_cluster_and_the_default_keeps_its_own():
@@ -44,23 +33,12 @@ def test_two_workers_ingest_each_hour_of_each_cluster_once(fresh_engine, scenari
     with unit_of_work(fresh_engine) as session:
         add_policy(session)  # its pools are the default cluster's: cluster `b` reads the same nodes as unpooled
     now = from_epoch(H + 3 * 3600 + 300)
-    results, errors = [], []
-
     def worker():
-        try:
-            sources = {c: SlowSource(scenario_prometheus.url, scrape_interval_s=30) for c in (DEFAULT_CLUSTER, "b")}
-            results.append(run_worker(engine=fresh_engine, settings=SETTINGS, once=True, backfill_start=HOURS[0],
-                                      batch_hours=1, now=lambda: now, sources=sources))
-        except Exception as exc:  # surfaced below
-            errors.append(exc)
+        sources = {c: SlowSource(scenario_prometheus.url, scrape_interval_s=30) for c in (DEFAULT_CLUSTER, "b")}
+        return run_worker(engine=fresh_engine, settings=SETTINGS, once=True, backfill_start=HOURS[0], batch_hours=1,
+                          now=lambda: now, sources=sources)
 
-    threads = [threading.Thread(target=worker) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert errors == []
-    a, b = results
+    a, b = at_once(worker)
     for cluster in (DEFAULT_CLUSTER, "b"):
         assert sorted(a.of(cluster).ingested + b.of(cluster).ingested) == HOURS, cluster
         assert not set(a.of(cluster).ingested) & set(b.of(cluster).ingested)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import pytest
@@ -11,6 +13,7 @@ from sqlmodel import Session, select
 from app.core.clusters import DEFAULT_CLUSTER
 from app.core.timeutil import from_epoch
 from app.metrics.models import BreachMinuteRollup, BreachShare, IngestHour, PoolHourModel, PoolHourRollup, UsageRollup
+from app.metrics.prometheus_source import PrometheusSource
 from app.policy.service import import_version
 from tests.support import scenario
 from tests.support.policies import mixed_policy
@@ -54,3 +57,32 @@ def snapshot(session: Session, hour_epoch: int) -> dict:
 def status(session: Session, hour_epoch: int) -> IngestHour | None:
     session.expire_all()
     return session.get(IngestHour, (DEFAULT_CLUSTER, from_epoch(hour_epoch)))
+
+
+class SlowSource(PrometheusSource):
+    """A real PrometheusSource that takes a while per fetch, so that workers run at once overlap."""
+
+    def fetch(self, **kwargs):
+        time.sleep(0.3)
+        return super().fetch(**kwargs)
+
+
+def at_once(job: Callable[[], object], times: int = 2, timeout_s: float = 120) -> list:
+    """`job` run by `times` threads at once; their results (an exception in any is raised here)."""
+    results, errors = [], []
+
+    def run() -> None:
+        try:
+            results.append(job())
+        except Exception as exc:  # raised below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(times)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout_s)
+    if errors:
+        raise errors[0]
+    assert len(results) == times, "a worker did not finish in time"
+    return results

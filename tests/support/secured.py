@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import ssl
 import subprocess
-import threading
 import time
 import urllib.request
 import warnings
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
+from tests.support.fake_http import Served
 from tests.support.prometheus import PrometheusServer
 
 
@@ -130,15 +130,12 @@ class BearerProxy:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.served = Served(Handler)
+        self.url = self.served.url
 
     def __enter__(self) -> BearerProxy:
-        self.thread.start()
+        self.served.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(10)
+        self.served.__exit__(*exc)
