@@ -38,11 +38,7 @@ class FakeUpstream:
                         pass  # the client gave up: that is the point
                     return
                 status, kind, body = upstream.answer
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                reply(self, status, body, kind)
 
             def log_message(self, *args) -> None:
                 pass
@@ -57,6 +53,15 @@ class FakeUpstream:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self.served.__exit__(*exc)
+
+
+def reply(handler: BaseHTTPRequestHandler, status: int, body: bytes, kind: str = "application/json") -> None:
+    """Send one whole answer from a handler."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", kind)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
 
 
 class Served:

@@ -17,7 +17,7 @@ import warnings
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-from tests.support.fake_http import Served
+from tests.support.fake_http import Served, reply
 from tests.support.prometheus import PrometheusServer
 
 
@@ -111,21 +111,10 @@ class BearerProxy:
             def do_GET(self) -> None:
                 if self.headers.get("Authorization") != f"Bearer {proxy.token_file.read_text().strip()}":
                     proxy.refused += 1
-                    body = b'{"status":"error","errorType":"unauthorized","error":"bad bearer token"}'
-                    self.send_response(401)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
+                    reply(self, 401, b'{"status":"error","errorType":"unauthorized","error":"bad bearer token"}')
                     return
                 with urllib.request.urlopen(proxy.upstream + self.path, timeout=60) as answer:
-                    body = answer.read()
-                    status = answer.status
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                    reply(self, answer.status, answer.read())
 
             def log_message(self, *args) -> None:
                 pass
