@@ -23,7 +23,8 @@ def allocation(
     window: Annotated[str, Query(max_length=40, description=(
         "YYYY-MM (a month), YYYY-MM-DD,YYYY-MM-DD (whole days in the billing time zone, both included); "
         "empty: this month to date"))] = "",
-    aggregate: Annotated[str, Query(max_length=20, description="tenant, department, pool, cluster, class or namespace")] = "tenant",
+    aggregate: Annotated[str, Query(max_length=20, description=(
+        "tenant, department, pool, class or namespace; cluster too where several clusters are configured"))] = "tenant",
     tenant: Annotated[str, Query(max_length=200, description="only this tenant's rows (a tenant member: one of its own)")] = "",
     cluster: Annotated[str, Query(max_length=63, description="only this cluster's pools (empty: every cluster)")] = "",
 ) -> dict:

@@ -124,9 +124,16 @@ def window_text(window: DateRange) -> str:
     return f"{window.start.isoformat()},{window.end.isoformat()}"
 
 
+def aggregates() -> tuple[str, ...]:
+    """The aggregates on offer: by cluster only where there are several clusters."""
+    several = len(get_settings().cluster_names()) > 1
+    return tuple(a for a in AGGREGATES if several or a != "cluster")
+
+
 def check_aggregate(value: str, *, path: str = "query.aggregate") -> str:
-    if value not in AGGREGATES:
-        raise Invalid(f"{value[:50]!r} is not an aggregate", [FieldError(path, "one of: " + ", ".join(AGGREGATES))])
+    allowed = aggregates()
+    if value not in allowed:
+        raise Invalid(f"{value[:50]!r} is not an aggregate", [FieldError(path, "one of: " + ", ".join(allowed))])
     return value
 
 

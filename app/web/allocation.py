@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from app.auth.deps import CurrentUser
 from app.billing.allocation import (
-    AGGREGATES,
+    aggregates,
     allocation,
     as_csv,
     billing_today,
@@ -60,13 +60,12 @@ def allocation_page(request: Request, session: SessionDep, user: CurrentUser, q:
     query = {"start": rc.period.start.isoformat(), "end": rc.period.end.isoformat(), "aggregate": q.aggregate,
              "tenant": q.tenant, "cluster": q.cluster}
     clusters = get_settings().cluster_names()
-    several = len(clusters) > 1
     context = {
         "title": "Allocation",
         "a": result,
         # The cluster aggregate and filter only where there is more than one cluster.
-        "aggregates": [(key, AGGREGATE_LABELS[key]) for key in AGGREGATES if several or key != "cluster"],
-        "clusters": clusters if several else [],
+        "aggregates": [(key, AGGREGATE_LABELS[key]) for key in aggregates()],
+        "clusters": clusters if len(clusters) > 1 else [],
         "query": query,
         **range_context(request, rc, keep={"aggregate": q.aggregate, "tenant": q.tenant, "cluster": q.cluster}),
     }
