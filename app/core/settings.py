@@ -94,6 +94,17 @@ class Settings(BaseSettings):
     mail_from: str = "chargeback@localhost"
     finance_recipients: str = ""  # comma list: the monthly report and department budget alerts
 
+    # Signed webhooks (app/notify/webhook_*.py), delivered by the worker. Each attempt is bounded by the
+    # connect timeout, the read timeout (each wait for bytes) and the deadline (the whole attempt).
+    webhook_connect_timeout_s: float = 5.0
+    webhook_read_timeout_s: float = 15.0
+    webhook_deadline_s: float = 30.0
+    webhook_concurrency: int = 4  # requests in flight per worker; one receiver gets at most half of them
+    webhook_retry_hours: float = 24.0  # the Standard Webhooks schedule (5 s, 5 min, 30 min, 2 h, ...) within this
+    webhook_secret_overlap_hours: float = 24.0  # after a rotation the old secret signs too (a second signature)
+    webhook_allow_http: bool = False  # plain http:// receivers outside development (a trusted network only)
+    webhook_ca_file: str | None = None  # CA bundle for receivers' certificates (a private CA); unset: the system's
+
     @property
     def finance_addresses(self) -> list[str]:
         return [a.strip() for a in self.finance_recipients.split(",") if a.strip()]

@@ -1,0 +1,108 @@
+"""The webhook receiver process (tests/support/webhook_receiver.py) and reading what it received."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.support.server import ROOT, free_port
+
+
+@dataclass
+class Request:
+    path: str
+    headers: dict[str, str]
+    body: str
+    received_at: float
+    behaviour: str
+
+    @property
+    def webhook_id(self) -> str:
+        return self.header("webhook-id")
+
+    def header(self, name: str) -> str:
+        return {k.lower(): v for k, v in self.headers.items()}[name.lower()]
+
+    def json(self) -> dict:
+        return json.loads(self.body)
+
+
+@dataclass
+class Receiver:
+    port: int
+    directory: Path
+    proc: subprocess.Popen | None = None
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def script(self, plan: dict[str, list[str]]) -> None:
+        """How it answers from now on, per path (see the receiver's docstring)."""
+        tmp = self.directory / "script.tmp"
+        tmp.write_text(json.dumps(plan))
+        tmp.replace(self.directory / "script.json")
+
+    def requests(self, path: str | None = None) -> list[Request]:
+        """Every request received so far (to `path`), in order."""
+        out = []
+        for file in sorted((self.directory / "requests").glob("*.json")):
+            request = Request(**json.loads(file.read_text()))
+            if path is None or request.path == path:
+                out.append(request)
+        return out
+
+
+def wait_for(predicate: Callable[[], Any], what: str, *, timeout_s: float = 60) -> Any:
+    """Poll `predicate` until it returns something truthy; fail with `what` after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def webhook_receiver(directory: Path, *, plan: dict[str, list[str]] | None = None,
+                     timeout_s: float = 30) -> Iterator[Receiver]:
+    """Start the receiver (answering 200 unless `plan` says otherwise), wait until it listens, stop it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    receiver = Receiver(port=free_port(), directory=directory)
+    receiver.script(plan or {})
+    log_path = directory / "receiver.log"
+    with open(log_path, "w") as log:
+        receiver.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.webhook_receiver", "--port", str(receiver.port), "--dir",
+             str(directory)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not _listening(receiver.port):
+            if receiver.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("webhook receiver did not come up:\n" + log_path.read_text())
+            time.sleep(0.05)
+        yield receiver
+    finally:
+        receiver.proc.terminate()
+        try:
+            receiver.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            receiver.proc.kill()
+            receiver.proc.wait()
