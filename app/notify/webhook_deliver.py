@@ -238,11 +238,11 @@ def webhook_task(engine: Engine, now: datetime, *, settings: Settings | None = N
     return deliver_due(engine=engine, settings=settings, now=now)
 
 
-def redeliver(*, session: Session, delivery_id: int, now: datetime) -> WebhookDelivery:
+def redeliver(*, session: Session, subscription_id: int, delivery_id: int, now: datetime) -> WebhookDelivery:
     """Queue the delivery again (same event id) for the worker's next round, with a new round of retries."""
     row = session.get(WebhookDelivery, delivery_id)
-    if row is None:
-        raise NotFound(f"No webhook delivery {delivery_id}")
+    if row is None or row.subscription_id != subscription_id:
+        raise NotFound(f"No webhook delivery {delivery_id} of subscription {subscription_id}")
     if row.claimed_until is not None and aware(row.claimed_until) > now:
         raise Conflict(f"Webhook delivery {delivery_id} is being sent right now; redeliver it once this attempt ends")
     sub = session.get(WebhookSubscription, row.subscription_id)

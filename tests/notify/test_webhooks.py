@@ -250,7 +250,7 @@ def test_redeliver_sends_the_same_event_id_again(fresh_engine, tmp_path):
         [row] = deliveries(fresh_engine).values()
         assert row.status == "delivered"
         with unit_of_work(fresh_engine) as s:
-            redeliver(session=s, delivery_id=row.id, now=utcnow())
+            redeliver(session=s, subscription_id=row.subscription_id, delivery_id=row.id, now=utcnow())
         webhook_task(fresh_engine, utcnow(), settings=FAST)
         first, second = rx.requests()
         assert first.webhook_id == second.webhook_id == event_id
@@ -261,7 +261,7 @@ def test_redeliver_sends_the_same_event_id_again(fresh_engine, tmp_path):
         with unit_of_work(fresh_engine) as s:  # a delivery being sent right now is not queued twice
             s.get(WebhookDelivery, row.id).claimed_until = utcnow() + timedelta(minutes=1)
         with pytest.raises(Conflict), unit_of_work(fresh_engine) as s:
-            redeliver(session=s, delivery_id=row.id, now=utcnow())
+            redeliver(session=s, subscription_id=row.subscription_id, delivery_id=row.id, now=utcnow())
 
 
 def test_types_and_time_decide_who_gets_an_event(fresh_engine, tmp_path):
