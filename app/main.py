@@ -72,6 +72,7 @@ def create_app() -> FastAPI:
     app.include_router(api_directory.router, prefix="/api/v1")
     app.include_router(api_mail.router, prefix="/api/v1")
     app.include_router(api_webhooks.router, prefix="/api/v1")
+    api_webhooks.document_events(app)  # the signed requests receivers get: the OpenAPI `webhooks` section
     app.include_router(auth_routes.api, prefix="/api/v1")
     app.include_router(auth_routes.web, dependencies=PAGES)
     app.include_router(web_overview.router, dependencies=PAGES)

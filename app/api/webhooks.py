@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from datetime import datetime
+from typing import Any, Literal
+
+from fastapi import APIRouter, FastAPI, Header, Response
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from app.api.schemas.webhooks import (
     AttemptOut,
@@ -18,6 +22,8 @@ from app.api.schemas.webhooks import (
 )
 from app.auth.deps import Admin
 from app.core.deps import SessionDep
+from app.core.event_payloads import PAYLOADS
+from app.core.events import EVENT_TYPES
 from app.core.timeutil import utcnow
 from app.http.pagination import IdPath
 from app.notify import webhook_subscriptions as subs
@@ -105,3 +111,34 @@ def redeliver_delivery(webhook_id: IdPath, delivery_id: IdPath, session: Session
     """Queue the same event (same webhook-id) for the worker's next round; 409 while an attempt is under way."""
     redeliver(session=session, subscription_id=webhook_id, delivery_id=delivery_id, now=utcnow())
     return _delivery(get_delivery(session=session, delivery_id=delivery_id))
+
+
+class _Envelope(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def document_events(app: FastAPI) -> None:
+    """Describe each event type in the OpenAPI document's `webhooks` section: the request a receiver gets."""
+    for event_type in EVENT_TYPES:
+        data_model: Any = PAYLOADS.get(event_type, dict[str, Any])
+        name = "".join(part.capitalize() for part in event_type.split(".")) + "Event"
+        envelope = create_model(
+            name, __base__=_Envelope,
+            id=(str, Field(description="the event id, also sent as webhook-id: deduplicate by it")),
+            type=(Literal[event_type], ...),  # type: ignore[valid-type]
+            timestamp=(datetime, Field(description="when the event happened (not when it is delivered)")),
+            tenant=(str | None, Field(description="the tenant it concerns, for tenant-scoped events")),
+            data=(data_model, ...),
+        )
+        doc = (PAYLOADS[event_type].__doc__ or "") if event_type in PAYLOADS else "Sent by the budgets feature."
+
+        def receiver(body, webhook_id: str = Header(description="the event id"),
+                     webhook_timestamp: int = Header(description="Unix seconds of this attempt"),
+                     webhook_signature: str = Header(description="'v1,' + base64 HMAC-SHA256 of "
+                                                                 "'{webhook-id}.{webhook-timestamp}.{body}'; "
+                                                                 "space-separated during a rotation")) -> None:
+            """The receiver answers 2xx once it has the event; anything else is retried."""
+
+        receiver.__annotations__["body"] = envelope  # a class made here: no name a string annotation could find
+        app.webhooks.post(event_type, summary=doc.strip().splitlines()[0], status_code=204, operation_id=name,
+                          tags=["webhooks"])(receiver)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from sqlmodel import select
 from standardwebhooks.webhooks import Webhook
 
@@ -73,3 +75,28 @@ def test_deliveries_are_listed_and_redelivered(session, session_api):
 def test_only_admins_manage_webhooks(session, session_api):
     problem(session_api.get("/api/v1/webhooks"), 403)  # finance
     problem(session_api.post("/api/v1/webhooks", json=HOOK), 403)
+
+
+def test_the_openapi_document_describes_what_receivers_get(session, session_api):
+    """Each event type is an OpenAPI `webhooks` operation whose body schema a real delivered body satisfies."""
+    from jsonschema import Draft202012Validator
+
+    from app.billing import periods
+    from app.core.events import EVENT_TYPES, Event
+    from app.notify.webhook_deliver import body_of
+    from tests.support.billing import add_hour, store_policy
+
+    doc = session_api.get("/api/v1/openapi.json").json()
+    assert sorted(doc["webhooks"]) == sorted(EVENT_TYPES)
+    v = store_policy(session)
+    add_hour(session, hour=utcnow().replace(day=1, hour=0, minute=0, second=0, microsecond=0), version=v.id)
+    periods.rate(session=session, period=utcnow().strftime("%Y-%m"), actor="fin")
+
+    for event in session.exec(select(Event)):
+        ref = doc["webhooks"][event.type]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        validator = Draft202012Validator({"$ref": ref, "components": doc["components"]})
+        body = json.loads(body_of(event))
+        validator.validate(body)
+        assert list(validator.iter_errors({**body, "data": {**body["data"], "surprise": 1}}))  # extra fields refused
+    headers = {p["name"] for p in doc["webhooks"]["period.rated"]["post"]["parameters"]}
+    assert headers == {"webhook-id", "webhook-timestamp", "webhook-signature"}
