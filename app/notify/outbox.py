@@ -52,10 +52,11 @@ class Backoff:
         return at if at <= aware(first_attempt_at) + self.window else None
 
 
-def due(model: Any, now: datetime, *, statuses: Sequence[str]):
-    """SELECT the rows of `model` in `statuses` whose attempt is due and that no live claim holds, oldest due first."""
+def due(model: Any, now: datetime, *, statuses: Sequence[str], also: Sequence[Any] = ()):
+    """SELECT the rows of `model` in `statuses` whose attempt is due and that no live claim holds, oldest due first
+    (with the entities `also`, which the caller joins)."""
     return (
-        select(model)
+        select(model, *also)
         .where(model.status.in_(statuses), model.next_attempt_at <= now,
                or_(model.claimed_until.is_(None), model.claimed_until <= now))
         .order_by(model.next_attempt_at, model.id)

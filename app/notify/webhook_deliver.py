@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
@@ -100,7 +101,7 @@ def plan(*, session: Session, now: datetime, limit: int = 500) -> list[WebhookDe
 
 @dataclass(frozen=True)
 class Claimed:
-    """A delivery this worker holds: everything the POST needs, and the rows to record its outcome in."""
+    """A delivery this worker holds: everything the POST needs, and what recording its outcome needs."""
 
     delivery_id: int
     attempt_id: int
@@ -109,22 +110,30 @@ class Claimed:
     event_id: str
     body: bytes
     secrets: tuple[str, ...]
+    round_attempts: int
+    first_attempt_at: datetime
 
 
 def claim_next(*, engine: Engine, settings: Settings, now: datetime, exclude: set[int] = frozenset()) -> Claimed | None:
-    """Claim the next due delivery of an active subscription not in `exclude` (committed); None when none is due."""
+    """Claim the next due delivery of an active subscription not in `exclude` (committed); None when none is due.
+
+    One SELECT (the delivery locked, its subscription and event joined), one UPDATE, one INSERT: the
+    bookkeeping a delivery costs on top of its request is a few round trips.
+    """
     with unit_of_work(engine) as session:
-        statement = due(WebhookDelivery, now, statuses=RETRYABLE).join(
-            WebhookSubscription, WebhookSubscription.id == WebhookDelivery.subscription_id
-        ).where(WebhookSubscription.active)
+        statement = (
+            due(WebhookDelivery, now, statuses=RETRYABLE, also=(WebhookSubscription, Event))
+            .join(WebhookSubscription, WebhookSubscription.id == WebhookDelivery.subscription_id)
+            .join(Event, Event.id == WebhookDelivery.event_id)
+            .where(WebhookSubscription.active)
+        )
         if exclude:
             statement = statement.where(WebhookDelivery.subscription_id.not_in(exclude))  # type: ignore[attr-defined]
-        row = claim_first(session, statement, WebhookDelivery)
-        if row is None:
+        found = claim_first(session, statement, WebhookDelivery)
+        if found is None:
             return None
-        sub = session.get(WebhookSubscription, row.subscription_id)
-        event = session.get(Event, row.event_id)
-        assert sub is not None and event is not None and row.id is not None
+        row, sub, event = found
+        assert row.id is not None and sub.id is not None
         row.attempts += 1
         row.round_attempts += 1
         row.first_attempt_at = row.first_attempt_at or now
@@ -132,9 +141,10 @@ def claim_next(*, engine: Engine, settings: Settings, now: datetime, exclude: se
         attempt = WebhookAttempt(delivery_id=row.id, number=row.attempts, started_at=now)
         session.add_all([row, attempt])
         session.flush()
-        assert attempt.id is not None and sub.id is not None
+        assert attempt.id is not None
         return Claimed(delivery_id=row.id, attempt_id=attempt.id, subscription_id=sub.id, url=sub.url,
-                       event_id=event.id, body=body_of(event), secrets=tuple(secrets_in_use(sub, now=now)))
+                       event_id=event.id, body=body_of(event), secrets=tuple(secrets_in_use(sub, now=now)),
+                       round_attempts=row.round_attempts, first_attempt_at=row.first_attempt_at)
 
 
 def send(claimed: Claimed, *, settings: Settings) -> Outcome:
@@ -148,30 +158,26 @@ def send(claimed: Claimed, *, settings: Settings) -> Outcome:
 def record_outcome(*, engine: Engine, settings: Settings, claimed: Claimed, outcome: Outcome,
                    now: datetime) -> WebhookDelivery:
     """Complete the attempt's row and the delivery: delivered, or failed and scheduled (or given up)."""
+    values: dict = {"claimed_until": None, "last_status_code": outcome.status}
+    if outcome.ok:
+        values |= {"status": DeliveryStatus.DELIVERED, "delivered_at": now, "next_attempt_at": None, "last_error": None}
+    else:
+        retry_after = None if outcome.retry_after_s is None else now + timedelta(seconds=outcome.retry_after_s)
+        values |= {"status": DeliveryStatus.FAILED, "last_error": outcome.error or f"HTTP {outcome.status}",
+                   "next_attempt_at": None if outcome.status == 410 else backoff(settings).next_attempt(
+                       failures=claimed.round_attempts, first_attempt_at=claimed.first_attempt_at, now=now,
+                       not_before=retry_after)}
     with unit_of_work(engine) as session:
         write_lock(session)
-        row = session.get(WebhookDelivery, claimed.delivery_id)
-        attempt = session.get(WebhookAttempt, claimed.attempt_id)
-        assert row is not None and attempt is not None
-        attempt.duration_ms, attempt.status_code, attempt.error = outcome.duration_ms, outcome.status, outcome.error
-        attempt.response = outcome.response[:RESPONSE_CHARS] or None
-        row.claimed_until, row.last_status_code = None, outcome.status
-        if outcome.ok:
-            row.status, row.delivered_at, row.next_attempt_at, row.last_error = DeliveryStatus.DELIVERED, now, None, None
-        else:
-            row.status = DeliveryStatus.FAILED
-            row.last_error = outcome.error or f"HTTP {outcome.status}"
-            row.next_attempt_at = backoff(settings).next_attempt(
-                failures=row.round_attempts, first_attempt_at=row.first_attempt_at or now, now=now,
-                not_before=None if outcome.retry_after_s is None else now + timedelta(seconds=outcome.retry_after_s))
-            if outcome.status == 410:  # Standard Webhooks: the receiver wants no more; pause the subscription
-                sub = session.get(WebhookSubscription, row.subscription_id)
-                if sub is not None and sub.active:
-                    sub.active = False
-                    sub.disabled_reason = f"the receiver answered 410 Gone at {_iso(now)[:16]}Z"
-                    session.add(sub)
-                row.next_attempt_at = None
-        session.add_all([row, attempt])
+        session.execute(update(WebhookAttempt).where(WebhookAttempt.id == claimed.attempt_id).values(
+            duration_ms=outcome.duration_ms, status_code=outcome.status, error=outcome.error,
+            response=outcome.response[:RESPONSE_CHARS] or None))
+        row = session.scalars(update(WebhookDelivery).where(WebhookDelivery.id == claimed.delivery_id)
+                              .values(**values).returning(WebhookDelivery)).one()
+        if outcome.status == 410:  # Standard Webhooks: the receiver wants no more; pause the subscription
+            session.execute(update(WebhookSubscription).where(
+                WebhookSubscription.id == claimed.subscription_id, WebhookSubscription.active).values(
+                active=False, disabled_reason=f"the receiver answered 410 Gone at {_iso(now)[:16]}Z"))
         return row
 
 
