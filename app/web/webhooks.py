@@ -120,4 +120,4 @@ def webhook_redeliver(request: Request, session: SessionDep, user: Admin, webhoo
         redeliver(session=session, subscription_id=webhook_id, delivery_id=delivery_id, now=utcnow())
     except Conflict as exc:
         return _detail_page(request, session, webhook_id, message=exc.detail, status_code=409)
-    return _redirect(request, f"/admin/webhooks/{webhook_id}#delivery-{delivery_id}")
+    return _redirect(request, f"/admin/webhooks/{webhook_id}")
