@@ -34,6 +34,7 @@ from app.notify.webhook_subscriptions import (
 )
 from tests.support.billing import add_hour, store_policy
 from tests.support.server import free_port
+from tests.support.threads import at_once
 from tests.support.webhooks import wait_for, webhook_receiver
 
 FAST = Settings(webhook_connect_timeout_s=1, webhook_read_timeout_s=1, webhook_deadline_s=2, webhook_concurrency=4)
@@ -285,20 +286,7 @@ def test_two_workers_at_once_deliver_each_event_once(fresh_engine, tmp_path):
         now = utcnow()
         with unit_of_work(fresh_engine) as s:
             plan(session=s, now=now)
-        errors = []
-
-        def worker():
-            try:
-                deliver_due(engine=fresh_engine, settings=FAST, now=now)
-            except Exception as exc:  # pragma: no cover - reported below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=worker) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert errors == []
+        assert at_once(lambda: deliver_due(engine=fresh_engine, settings=FAST, now=now)) == []
         sent = [(r.path, r.webhook_id) for r in rx.requests()]
         assert len(sent) == 20 and len(set(sent)) == 20
         assert {d.attempts for d in deliveries(fresh_engine).values()} == {1}

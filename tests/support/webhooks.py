@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.server import ROOT, free_port
+from tests.support.server import free_port, peer_process
 
 
 @dataclass
@@ -87,22 +87,8 @@ def webhook_receiver(directory: Path, *, plan: dict[str, list[str]] | None = Non
     directory.mkdir(parents=True, exist_ok=True)
     receiver = Receiver(port=free_port(), directory=directory)
     receiver.script(plan or {})
-    log_path = directory / "receiver.log"
-    with open(log_path, "w") as log:
-        receiver.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.webhook_receiver", "--port", str(receiver.port), "--dir",
-             str(directory)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while not _listening(receiver.port):
-            if receiver.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("webhook receiver did not come up:\n" + log_path.read_text())
-            time.sleep(0.05)
+    args = [sys.executable, "-m", "tests.support.webhook_receiver", "--port", str(receiver.port), "--dir", str(directory)]
+    with peer_process(args, log_path=directory / "receiver.log", what="webhook receiver", timeout_s=timeout_s,
+                      ready=lambda: _listening(receiver.port)) as proc:
+        receiver.proc = proc
         yield receiver
-    finally:
-        receiver.proc.terminate()
-        try:
-            receiver.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            receiver.proc.kill()
-            receiver.proc.wait()
