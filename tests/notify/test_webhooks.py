@@ -34,6 +34,7 @@ from app.notify.webhook_subscriptions import (
 )
 from tests.support.billing import add_hour, store_policy
 from tests.support.server import free_port
+from tests.support.smtp import self_signed
 from tests.support.threads import at_once
 from tests.support.webhooks import wait_for, webhook_receiver
 
@@ -204,6 +205,21 @@ def test_a_receiver_that_is_down_is_retried_and_the_round_leaves_it_alone(fresh_
     # One refused connection: the other deliveries to that receiver wait for the next round, not counted.
     assert len(tried) == 1 and "ConnectionRefusedError" in tried[0].last_error
     assert {r.status for r in rows if not r.attempts} == {"pending"}
+
+
+def test_an_https_receiver_with_a_private_ca(fresh_engine, tmp_path):
+    cert, key = self_signed(tmp_path)
+    with webhook_receiver(tmp_path / "rx", cert=(cert, key)) as rx:
+        _, secret = subscribe(fresh_engine, rx.url("/erp"))
+        assert rx.url("/erp").startswith("https://")
+        corrections(fresh_engine, 1)
+        webhook_task(fresh_engine, utcnow(), settings=FAST)  # the system's CAs do not know it
+        [row] = deliveries(fresh_engine).values()
+        assert row.status == "failed" and "CERTIFICATE_VERIFY_FAILED" in row.last_error
+        webhook_task(fresh_engine, row.next_attempt_at, settings=FAST.model_copy(update={"webhook_ca_file": str(cert)}))
+        assert deliveries(fresh_engine)[row.id].status == "delivered"
+        [request] = [r for r in rx.requests() if r.body]
+        Webhook(secret).verify(request.body, request.headers)
 
 
 def test_410_gone_pauses_the_subscription(fresh_engine, tmp_path):

@@ -1,9 +1,10 @@
 """A real HTTP receiver for the webhook tests, run as a process of its own.
 
-    python -m tests.support.webhook_receiver --port N --dir DIR
+    python -m tests.support.webhook_receiver --port N --dir DIR [--cert C --key K]
 
 Every request is written to DIR/requests as NNNNNN.json (path, headers, body as text, received_at),
-renamed into place so a reader never sees half of one, before the receiver answers it. How it
+renamed into place so a reader never sees half of one, before the receiver answers it (over TLS
+with --cert/--key). How it
 answers comes from DIR/script.json, read at each request: {"/path": ["500", "500", "200"]} takes
 one behaviour per request to that path, the last one repeating. Behaviours:
 
@@ -122,9 +123,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--dir", type=Path, required=True)
+    parser.add_argument("--cert")
+    parser.add_argument("--key")
     args = parser.parse_args()
     (args.dir / "requests").mkdir(parents=True, exist_ok=True)
     server = Receiver(("127.0.0.1", args.port), args.dir)
+    if args.cert:
+        import ssl
+
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(args.cert, args.key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     signal.signal(signal.SIGTERM, lambda *_: STOP.set())
     signal.signal(signal.SIGINT, lambda *_: STOP.set())
     thread = threading.Thread(target=server.serve_forever, daemon=True)

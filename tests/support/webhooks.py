@@ -41,8 +41,10 @@ class Receiver:
     directory: Path
     proc: subprocess.Popen | None = None
 
+    tls: bool = False
+
     def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}{path}"
 
     def script(self, plan: dict[str, list[str]]) -> None:
         """How it answers from now on, per path (see the receiver's docstring)."""
@@ -81,13 +83,16 @@ def _listening(port: int) -> bool:
 
 
 @contextmanager
-def webhook_receiver(directory: Path, *, plan: dict[str, list[str]] | None = None,
+def webhook_receiver(directory: Path, *, plan: dict[str, list[str]] | None = None, cert: tuple[Path, Path] | None = None,
                      timeout_s: float = 30) -> Iterator[Receiver]:
-    """Start the receiver (answering 200 unless `plan` says otherwise), wait until it listens, stop it."""
+    """Start the receiver (answering 200 unless `plan` says otherwise; https with `cert`), wait until it listens,
+    stop it."""
     directory.mkdir(parents=True, exist_ok=True)
-    receiver = Receiver(port=free_port(), directory=directory)
+    receiver = Receiver(port=free_port(), directory=directory, tls=cert is not None)
     receiver.script(plan or {})
     args = [sys.executable, "-m", "tests.support.webhook_receiver", "--port", str(receiver.port), "--dir", str(directory)]
+    if cert:
+        args += ["--cert", str(cert[0]), "--key", str(cert[1])]
     with peer_process(args, log_path=directory / "receiver.log", what="webhook receiver", timeout_s=timeout_s,
                       ready=lambda: _listening(receiver.port)) as proc:
         receiver.proc = proc
