@@ -66,3 +66,42 @@ async def test_finance_cannot_open_the_webhooks_page(client, session):
     assert (await client.get("/admin/webhooks")).status_code == 403
     page = await client.get("/admin/contacts")
     assert 'href="/admin/webhooks"' not in page.text
+
+
+async def test_redeliver_from_the_page_reaches_the_receiver_again(committed_app, fresh_engine, tmp_path):
+    """End to end: a webhook made on the page, an event delivered by the worker to a real receiver process,
+    "Redeliver" pressed on the page, the worker's next round sends the same webhook-id again, verified."""
+    from sqlmodel import Session
+    from standardwebhooks.webhooks import Webhook
+
+    from app.core.db import unit_of_work
+    from app.notify.webhook_deliver import webhook_task
+    from app.notify.webhook_models import WebhookDelivery
+    from tests.support.routes import asgi_client
+    from tests.support.webhooks import webhook_receiver
+
+    with webhook_receiver(tmp_path / "rx") as rx:
+        async with asgi_client(committed_app) as client:
+            with Session(fresh_engine) as s:
+                token = sign_in(client, s, make_user(s, "root", "admin"))
+            made = await client.post("/admin/webhooks", data={"url": rx.url("/erp"), "event_types": ["ingestion.gap"],
+                                                              "csrf_token": token})
+            assert made.status_code == 200
+            secret = made.text.split('id="new-secret" class="mono" readonly value="')[1].split('"')[0]
+            with unit_of_work(fresh_engine) as s:
+                event = emit(session=s, type="ingestion.gap", payload={"hour": "2026-11-01T00:00:00Z"})
+            webhook_task(fresh_engine, utcnow())
+            with Session(fresh_engine) as s:
+                row = s.exec(select(WebhookDelivery)).one()
+            assert row.status == "delivered"
+            page = await client.get(f"/admin/webhooks/{row.subscription_id}")
+            assert "HTTP 200" in page.text and "received" in page.text  # the attempt and the start of its answer
+            sent = await client.post(f"/admin/webhooks/{row.subscription_id}/deliveries/{row.id}/redeliver",
+                                     data={"csrf_token": token})
+            assert sent.status_code == 303
+            assert len(rx.requests()) == 1  # the page queues; only the worker sends
+            webhook_task(fresh_engine, utcnow())
+    first, second = rx.requests()
+    assert first.webhook_id == second.webhook_id == event.id
+    for request in (first, second):
+        Webhook(secret).verify(request.body, request.headers)
