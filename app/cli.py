@@ -9,6 +9,7 @@ from app.billing.cli import app as billing_app
 from app.metrics.cli import app as metrics_app
 from app.metrics.simulator.cli import app as simulator_app
 from app.notify.mail_deliver import mail_task
+from app.notify.webhook_deliver import webhook_task
 from app.policy.cli import app as policy_app
 from app.review.impact import configured_latency_buckets
 from app.web.cli import app as web_app
@@ -18,6 +19,7 @@ from app.web.cli import app as web_app
 # Several workers run them at once: each task claims its rows first (see app.metrics.worker.run_worker).
 WORKER_TASKS: list = []
 WORKER_TASKS.append(mail_task)  # e-mailed statements and budget alerts (app/notify/mail_deliver.py)
+WORKER_TASKS.append(webhook_task)  # signed webhooks to admin-configured subscriptions (app/notify/webhook_deliver.py)
 app = typer.Typer(help="GPU co-location chargeback portal", no_args_is_help=True,
                   context_settings={"obj": {"latency_buckets": configured_latency_buckets,
                                             "worker_tasks": WORKER_TASKS}})

@@ -1,7 +1,7 @@
 """clusters: every ingest status and rollup row belongs to a cluster; existing rows are the default cluster's (issue 15)
 
 Revision ID: 0021
-Revises: 0018
+Revises: 0019 (revisions are chained in the order their branches merged)
 Create Date: 2026-12-01 12:00:00
 
 Ingest status is kept per (cluster, hour), and each cluster has an `unpooled` pool of its own, so
@@ -15,7 +15,7 @@ import sqlmodel
 from alembic import op
 
 revision = '0021'
-down_revision = '0018'
+down_revision = '0019'
 branch_labels = None
 depends_on = None
 

@@ -15,7 +15,8 @@ from app.metrics.models import IngestHour, UsageRollup
 from app.metrics.prometheus_source import PrometheusSource
 from app.metrics.worker import pending_hours, run_worker
 from tests.support import scenario
-from tests.support.ingest import SlowSource, add_policy, at_once
+from tests.support.ingest import SlowSource, add_policy
+from tests.support.threads import at_once
 
 H = scenario.H
 SETTINGS = Settings(scrape_interval_s=30, ingest_delay_s=120)
@@ -40,9 +41,11 @@ def test_pending_hours_are_finished_untried_or_due_gaps(session, policy_id):
 def test_two_workers_at_once_ingest_each_hour_exactly_once(fresh_engine, scenario_prometheus):
     committed_policy(fresh_engine)
     now = from_epoch(H + 3 * 3600 + 300)
-    a, b = at_once(lambda: run_worker(engine=fresh_engine, settings=SETTINGS, once=True, backfill_start=from_epoch(H),
-                                      batch_hours=1, now=lambda: now,
-                                      source=SlowSource(scenario_prometheus.url, scrape_interval_s=30)))
+    results = []
+    assert at_once(lambda: results.append(run_worker(
+        engine=fresh_engine, settings=SETTINGS, once=True, backfill_start=from_epoch(H), batch_hours=1, now=lambda: now,
+        source=SlowSource(scenario_prometheus.url, scrape_interval_s=30)))) == []
+    a, b = results
     hours = [from_epoch(H + k * 3600) for k in range(3)]
     assert sorted(a.ingested + b.ingested) == hours  # each hour once, by one of them
     assert not set(a.ingested) & set(b.ingested)

@@ -13,8 +13,9 @@ from app.metrics.models import IngestHour, PoolHourRollup, UsageRollup
 from app.metrics.prometheus_source import PrometheusSource
 from app.metrics.worker import LOCK_CLASS, lock_key, pending_hours, run_worker
 from tests.support import scenario
-from tests.support.ingest import SlowSource, add_policy, at_once
+from tests.support.ingest import SlowSource, add_policy
 from tests.support.prometheus import free_port
+from tests.support.threads import at_once
 
 H = scenario.H
 SETTINGS = Settings(scrape_interval_s=30, ingest_delay_s=120)
@@ -33,12 +34,15 @@ def test_two_workers_ingest_each_hour_of_each_cluster_once(fresh_engine, scenari
     with unit_of_work(fresh_engine) as session:
         add_policy(session)  # its pools are the default cluster's: cluster `b` reads the same nodes as unpooled
     now = from_epoch(H + 3 * 3600 + 300)
+    results = []
+
     def worker():
         sources = {c: SlowSource(scenario_prometheus.url, scrape_interval_s=30) for c in (DEFAULT_CLUSTER, "b")}
-        return run_worker(engine=fresh_engine, settings=SETTINGS, once=True, backfill_start=HOURS[0], batch_hours=1,
-                          now=lambda: now, sources=sources)
+        results.append(run_worker(engine=fresh_engine, settings=SETTINGS, once=True, backfill_start=HOURS[0],
+                                  batch_hours=1, now=lambda: now, sources=sources))
 
-    a, b = at_once(worker)
+    assert at_once(worker) == []
+    a, b = results
     for cluster in (DEFAULT_CLUSTER, "b"):
         assert sorted(a.of(cluster).ingested + b.of(cluster).ingested) == HOURS, cluster
         assert not set(a.of(cluster).ingested) & set(b.of(cluster).ingested)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -66,23 +65,3 @@ class SlowSource(PrometheusSource):
         time.sleep(0.3)
         return super().fetch(**kwargs)
 
-
-def at_once(job: Callable[[], object], times: int = 2, timeout_s: float = 120) -> list:
-    """`job` run by `times` threads at once; their results (an exception in any is raised here)."""
-    results, errors = [], []
-
-    def run() -> None:
-        try:
-            results.append(job())
-        except Exception as exc:  # raised below, in the test's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run) for _ in range(times)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout_s)
-    if errors:
-        raise errors[0]
-    assert len(results) == times, "a worker did not finish in time"
-    return results
