@@ -299,9 +299,12 @@ def _mark_gap(session: Session, cluster: str, hour: datetime, error: str, report
         session.flush()
         # One event per hour and attempt: an hour marked again without a new read (no policy, a run
         # cut short) or by a racing worker records nothing new.
-        emit(session=session, type="ingestion.gap", key=f"ingestion.gap:{aware(hour).isoformat()}:{row.attempts}",
+        # The default cluster's key as before clusters; another cluster's names it (the same hour, its own gap).
+        where = "" if cluster == DEFAULT_CLUSTER else f"{cluster}:"
+        emit(session=session, type="ingestion.gap",
+             key=f"ingestion.gap:{where}{aware(hour).isoformat()}:{row.attempts}",
              payload=IngestionGap(hour=aware(hour), error=row.last_error[:500], attempts=row.attempts,
-                                  next_retry_at=row.next_retry_at))
+                                  next_retry_at=row.next_retry_at, cluster=cluster))
     report.gaps.append(hour)
     report.errors[hour] = error
 

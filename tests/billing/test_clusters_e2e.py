@@ -27,6 +27,7 @@ from app.billing.rating import rate_period
 from app.billing.types import PLATFORM, RatingHour
 from app.core import settings as settings_module
 from app.core.db import unit_of_work
+from app.core.events import Event
 from app.core.timeutil import HOUR, epoch
 from app.metrics.attribution import attribute_hour, split_hours
 from app.metrics.models import IngestHour, PoolHourRollup, UsageRollup
@@ -184,6 +185,10 @@ def test_one_cluster_killed_mid_month_is_a_gap_of_its_own_then_filled(fresh_engi
             assert [(c.cluster, c.ok, c.gaps) for c in cov.clusters] == [("east", HOURS, 0), ("west", KILLED_AFTER, 2)]
             assert (hours_coverage(session=session, start=START, end=START + HOUR * HOURS, now=clock[0],
                                    cluster="east").ok) == HOURS
+            # The outbox says whose hours they are (webhooks, e-mail): one event per west hour, none of east's.
+            gaps = [e.data for e in session.exec(select(Event).where(Event.type == "ingestion.gap"))]
+            assert sorted((g["cluster"], g["hour"]) for g in gaps) == [
+                ("west", (START + HOUR * k).isoformat().replace("+00:00", "Z")) for k in range(KILLED_AFTER, HOURS)]
 
         # Rated now, the draft bills east's four hours and west's two: the gap hours are not billed as zero use.
         with unit_of_work(fresh_engine) as session:
