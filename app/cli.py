@@ -23,6 +23,21 @@ WORKER_TASKS.append(webhook_task)  # signed webhooks to admin-configured subscri
 app = typer.Typer(help="GPU co-location chargeback portal", no_args_is_help=True,
                   context_settings={"obj": {"latency_buckets": configured_latency_buckets,
                                             "worker_tasks": WORKER_TASKS}})
+
+
+@app.callback()
+def _configuration_first() -> None:
+    """A wrong cluster list stops every command with its own one-line message (fields named, secrets never shown)."""
+    from app.core.clusters import ClusterConfigError
+    from app.core.settings import get_settings
+
+    try:
+        get_settings()
+    except ClusterConfigError as exc:
+        typer.echo(f"configuration error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
 db_app = typer.Typer(help="Database schema", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(policy_app, name="policy")

@@ -31,7 +31,7 @@ class DemoState:
 
 def prepare(*, settings: Settings, days: int = 30, console: Console | None = None) -> DemoState:
     """Migrate, bootstrap the simulator's policy, ingest the last `days` days, rate their months, create an admin."""
-    from app.metrics.simulator import Simulator
+    from app.metrics.simulator.policy import clusters_policy
     from app.metrics.worker import run_worker
     from app.policy.service import import_version, latest_version
 
@@ -40,18 +40,18 @@ def prepare(*, settings: Settings, days: int = 30, console: Console | None = Non
     engine = get_engine()
     end = floor_hour(utcnow() - timedelta(seconds=settings.ingest_delay_s))
     start = end - timedelta(days=days)
-    sim = Simulator(seed=settings.simulator_seed, gpus=settings.simulator_gpus,
-                    scrape_interval_s=settings.scrape_interval_s or 30)
+    sims = simulators(settings)
     with unit_of_work(engine) as session:
         if latest_version(session=session) is None:
-            import_version(session=session, document=sim.policy(), actor="demo", effective_from=start,
+            import_version(session=session, document=clusters_policy(sims), actor="demo", effective_from=start,
                            comment="demo bootstrap: the simulator's seed policy")
 
     columns = (TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[state]}"),
                TimeElapsedColumn())
     with Progress(*columns, console=console) as bar:
-        task = bar.add_task("ingest", total=len(hours_between(start, end)), state="")
-        report = run_worker(engine=engine, source=sim.source(), settings=settings, once=True, backfill_start=start,
+        task = bar.add_task("ingest", total=len(hours_between(start, end)) * len(sims), state="")
+        report = run_worker(engine=engine, sources={c: s.source() for c, s in sims.items()}, settings=settings, once=True,
+                            backfill_start=start,
                             progress=lambda hour, state: bar.update(task, advance=1, state=f"{hour:%Y-%m-%d %H:%M}"))
 
     rated = []
@@ -59,6 +59,24 @@ def prepare(*, settings: Settings, days: int = 30, console: Console | None = Non
         rated.append(_rate(engine=engine, month=month, console=console))
     password = _ensure_admin(engine=engine)
     return DemoState(hours_ingested=len(report.ingested), periods_rated=[m for m in rated if m], admin_password=password)
+
+
+def simulators(settings: Settings) -> dict:
+    """The simulated clusters: each configured cluster when every one is a simulator (CHARGEBACK_CLUSTERS with
+    `simulator` entries: a demo of several clusters), else the one built-in simulator as the default cluster."""
+    from app.core.clusters import DEFAULT_CLUSTER, SimulatorCluster
+    from app.metrics.simulator import Simulator
+
+    interval = settings.scrape_interval_s or 30
+    configs = settings.cluster_configs()
+    if not all(c.is_simulator for c in configs):
+        return {DEFAULT_CLUSTER: Simulator(seed=settings.simulator_seed, gpus=settings.simulator_gpus,
+                                           scrape_interval_s=interval)}
+    out = {}
+    for c in configs:
+        sim = c.simulator or SimulatorCluster(seed=settings.simulator_seed, gpus=settings.simulator_gpus)
+        out[c.name] = Simulator(seed=sim.seed, gpus=sim.gpus, scrape_interval_s=interval)
+    return out
 
 
 def _rate(*, engine, month: str, console: Console) -> str | None:
@@ -88,14 +106,12 @@ def _ensure_admin(*, engine) -> str | None:
 
 def keep_ingesting(*, settings: Settings, stop: threading.Event) -> threading.Thread:
     """A background worker so that the demo keeps up as the simulated cluster runs on."""
-    from app.metrics.simulator import Simulator
     from app.metrics.worker import run_worker
 
-    sim = Simulator(seed=settings.simulator_seed, gpus=settings.simulator_gpus,
-                    scrape_interval_s=settings.scrape_interval_s or 30)
+    sources = {c: sim.source() for c, sim in simulators(settings).items()}
     thread = threading.Thread(
         target=run_worker, name="demo-worker", daemon=True,
-        kwargs={"engine": get_engine(), "source": sim.source(), "settings": settings, "poll_seconds": 60, "stop": stop},
+        kwargs={"engine": get_engine(), "sources": sources, "settings": settings, "poll_seconds": 60, "stop": stop},
     )
     thread.start()
     return thread
@@ -110,8 +126,8 @@ def run(*, host: str, port: int, days: int) -> None:
     refuse_placeholder_secret_off_loopback(host)  # before minutes of ingest, not after
     settings = get_settings()
     console = Console(stderr=True)
-    if settings.prometheus_url:
-        console.print("[yellow]CHARGEBACK_PROMETHEUS_URL is set; the demo uses the built-in simulator regardless")
+    if any(c.url for c in settings.cluster_configs()):
+        console.print("[yellow]A Prometheus URL is configured; the demo uses the built-in simulator regardless")
     state = prepare(settings=settings, days=days, console=console)
     console.print(f"ingested {state.hours_ingested} hours; rated {', '.join(state.periods_rated) or 'nothing'}")
     if state.admin_password:

@@ -23,8 +23,10 @@ def allocation(
     window: Annotated[str, Query(max_length=40, description=(
         "YYYY-MM (a month), YYYY-MM-DD,YYYY-MM-DD (whole days in the billing time zone, both included); "
         "empty: this month to date"))] = "",
-    aggregate: Annotated[str, Query(max_length=20, description="tenant, department, pool, class or namespace")] = "tenant",
+    aggregate: Annotated[str, Query(max_length=20, description=(
+        "tenant, department, pool, class or namespace; cluster too where several clusters are configured"))] = "tenant",
     tenant: Annotated[str, Query(max_length=200, description="only this tenant's rows (a tenant member: one of its own)")] = "",
+    cluster: Annotated[str, Query(max_length=63, description="only this cluster's pools (empty: every cluster)")] = "",
 ) -> dict:
     """Rows per group with GPU-hours (busy, dark, total), efficiency and cost; idle per pool and unallocated as rows.
 
@@ -34,4 +36,4 @@ def allocation(
     today, tz = billing_today()
     period = parse_window(window, today=today, tz=tz)
     return to_json(as_json(read_allocation(session=session, window=period, aggregate=check_aggregate(aggregate),
-                                           viewer=user, tenant=tenant)))
+                                           viewer=user, tenant=tenant, cluster=cluster)))

@@ -52,6 +52,14 @@ DQ_FINDINGS = _gauge("chargeback_data_quality_findings", "Unit-hours whose repor
 DQ_CUT = _gauge("chargeback_data_quality_cut_gpu_seconds",
                 "GPU-seconds cut at ingestion because a unit reported more than its capacity")
 LAST_DURATION = _gauge("chargeback_ingest_last_duration_seconds", "Duration of the most recent hour's ingestion")
+# The same per cluster (the unlabelled gauges above are the fleet's: an hour counts when every cluster has it,
+# and the lag is the most behind cluster's).
+CLUSTER_LAG = Gauge("chargeback_cluster_ingestion_lag_seconds", "Seconds between now and the end of the cluster's "
+                    "newest ingested hour", ["cluster"], registry=REGISTRY, multiprocess_mode="mostrecent")
+CLUSTER_GAPS = Gauge("chargeback_cluster_ingestion_gap_hours", "The cluster's hours its Prometheus could not answer, "
+                     "awaiting retry", ["cluster"], registry=REGISTRY, multiprocess_mode="mostrecent")
+CLUSTER_HOURS = Gauge("chargeback_cluster_ingested_hours", "The cluster's hours ingested successfully", ["cluster"],
+                      registry=REGISTRY, multiprocess_mode="mostrecent")
 
 
 SWAGGER = "/static/vendor/swagger-ui-5.35.0"
@@ -95,6 +103,13 @@ def metrics(session: SessionDep) -> Response:
     LAST_DURATION.set(float("nan") if health.last_duration_s is None else health.last_duration_s)
     DQ_FINDINGS.set(health.quality.count)
     DQ_CUT.set(float(health.quality.gpu_seconds_cut))
+    for gauge in (CLUSTER_LAG, CLUSTER_GAPS, CLUSTER_HOURS):
+        gauge.clear()  # a cluster no longer configured leaves no series behind
+    for part in health.clusters or [health]:
+        name = part.cluster or ""
+        CLUSTER_LAG.labels(cluster=name).set(float("nan") if part.lag_seconds is None else part.lag_seconds)
+        CLUSTER_GAPS.labels(cluster=name).set(part.gap_count)
+        CLUSTER_HOURS.labels(cluster=name).set(part.ok_count)
     return Response(generate_latest(_exposed()), media_type=CONTENT_TYPE_LATEST)
 
 

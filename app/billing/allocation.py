@@ -50,6 +50,7 @@ from app.core.cache import TtlCache
 from app.core.errors import FieldError, Invalid
 from app.core.settings import get_settings
 from app.core.timeutil import SECONDS_PER_HOUR, epoch, utcnow
+from app.metrics.cluster_hours import check_cluster, pool_clusters
 from app.metrics.date_ranges import MAX_RANGE_DAYS, DateRange
 from app.metrics.efficiency import mean_activity
 from app.metrics.namespace_read import NamespaceCell, capacity_by_pool, namespace_cells
@@ -57,7 +58,7 @@ from app.metrics.usage_read import departments_at
 from app.policy.document import UNALLOCATED, UNPOOLED
 from app.policy.service import data_version
 
-AGGREGATES = ("tenant", "department", "pool", "class", "namespace")
+AGGREGATES = ("tenant", "department", "pool", "cluster", "class", "namespace")
 ALLOCATED, UNALLOCATED_ROW, IDLE, ADJUSTMENT, TOTAL = "allocated", "unallocated", "idle", "adjustment", "total"
 KIND_ORDER = {ALLOCATED: 0, UNALLOCATED_ROW: 1, IDLE: 2, ADJUSTMENT: 3}
 NO_USAGE = "(no usage)"  # a fee owed without use (a reservation nobody used) has no namespace to go to
@@ -123,9 +124,16 @@ def window_text(window: DateRange) -> str:
     return f"{window.start.isoformat()},{window.end.isoformat()}"
 
 
+def aggregates() -> tuple[str, ...]:
+    """The aggregates on offer: by cluster only where there are several clusters."""
+    several = len(get_settings().cluster_names()) > 1
+    return tuple(a for a in AGGREGATES if several or a != "cluster")
+
+
 def check_aggregate(value: str, *, path: str = "query.aggregate") -> str:
-    if value not in AGGREGATES:
-        raise Invalid(f"{value[:50]!r} is not an aggregate", [FieldError(path, "one of: " + ", ".join(AGGREGATES))])
+    allowed = aggregates()
+    if value not in allowed:
+        raise Invalid(f"{value[:50]!r} is not an aggregate", [FieldError(path, "one of: " + ", ".join(allowed))])
     return value
 
 
@@ -187,12 +195,14 @@ def split_cents(amount: Decimal, weights: dict[tuple, Decimal], quantum: Decimal
 
 
 def _group(aggregate: str, cell_tenant: str, pool: str, klass: str, namespace: str,
-           departments: dict[str, str]) -> tuple[str, str]:
-    """(name, tenant) of the row a (tenant, pool, class, namespace) belongs to."""
+           departments: dict[str, str], cluster: str = "") -> tuple[str, str]:
+    """(name, tenant) of the row a (tenant, pool, class, namespace) of `cluster` belongs to."""
     if aggregate == "namespace":
         return namespace, cell_tenant
     if aggregate == "pool":
         return pool, ""
+    if aggregate == "cluster":
+        return cluster, ""
     if aggregate == "class":
         return klass, ""
     if aggregate == "department":
@@ -201,11 +211,14 @@ def _group(aggregate: str, cell_tenant: str, pool: str, klass: str, namespace: s
 
 
 def build_rows(*, aggregate: str, cells: Iterable[NamespaceCell], lines: Iterable[CostLine],
-               capacity: dict[str, Decimal] | None, departments: dict[str, str], quantum: Decimal) -> list[Row]:
+               capacity: dict[str, Decimal] | None, departments: dict[str, str], quantum: Decimal,
+               clusters: dict[str, str] | None = None) -> list[Row]:
     """Rows of the explorer, in display order: allocated by cost, unallocated, idle per pool, the adjustment.
 
     `capacity` None (a tenant member's view): no idle or adjustment row, and `lines`/`cells` are theirs only.
+    `clusters`: pool -> cluster, for the cluster aggregate (a cell read per cluster carries its own).
     """
+    clusters = clusters or {}
     rows: dict[tuple[str, str, str], Row] = {}
 
     def row(kind: str, name: str, tenant: str = "") -> Row:
@@ -222,7 +235,8 @@ def build_rows(*, aggregate: str, cells: Iterable[NamespaceCell], lines: Iterabl
         lambda: {"busy": defaultdict(lambda: ZERO), "dark": defaultdict(lambda: ZERO), "all": defaultdict(lambda: ZERO)})
     for c in cells:
         kind = UNALLOCATED_ROW if c.tenant == UNALLOCATED else ALLOCATED
-        name, tenant = _group(aggregate, c.tenant, c.pool, c.klass, c.namespace, departments)
+        name, tenant = _group(aggregate, c.tenant, c.pool, c.klass, c.namespace, departments,
+                              c.cluster or clusters.get(c.pool, ""))
         if kind == UNALLOCATED_ROW and aggregate != "namespace":
             name, tenant = UNALLOCATED, ""
         r = row(kind, name, tenant)
@@ -249,7 +263,7 @@ def build_rows(*, aggregate: str, cells: Iterable[NamespaceCell], lines: Iterabl
             continue
         tenant = UNALLOCATED if kind == UNALLOCATED_ROW else line.account
         if aggregate != "namespace":
-            name, _ = _group(aggregate, tenant, line.pool, line.klass, "", departments)
+            name, _ = _group(aggregate, tenant, line.pool, line.klass, "", departments, clusters.get(line.pool, ""))
             row(kind, UNALLOCATED if kind == UNALLOCATED_ROW else name).cost += line.amount
             continue
         split = split_cents(line.amount, weights[(tenant, line.pool, line.klass)][basis], quantum)
@@ -295,6 +309,7 @@ class Allocation:
     currency: str
     months: list[MonthPricing]
     rows: list[Row]
+    cluster: str = ""  # the cluster filter, "" for every cluster
     total: Row = field(init=False)
 
     def __post_init__(self) -> None:
@@ -383,20 +398,22 @@ _ANSWERS: TtlCache[Allocation] = TtlCache(ttl_s=ANSWER_TTL_S, max_entries=ANSWER
 
 
 def allocation(*, session: Session, window: DateRange, aggregate: str, viewer: Viewer | None,
-               tenant: str = "") -> Allocation:
-    """The explorer's rows for `window` grouped by `aggregate`, as `viewer` may see them (only `tenant`'s when given)."""
+               tenant: str = "", cluster: str = "") -> Allocation:
+    """The explorer's rows for `window` grouped by `aggregate`, as `viewer` may see them (only `tenant`'s when given,
+    only `cluster`'s pools when given)."""
     check_aggregate(aggregate)
+    cluster = check_cluster(cluster) or ""
     if tenant:
         viewer = _Only(viewer, tenant)
     visible = None if viewer is None else viewer.visible_tenants()
     key = (str(session.get_bind().engine.url), window.start, window.end, str(window.tz), aggregate, visible, tenant,
-           data_version(session=session))
+           cluster, data_version(session=session))
     return _ANSWERS.get(key, lambda: _allocation(session=session, window=window, aggregate=aggregate, viewer=viewer,
-                                                 visible=visible, tenant=tenant))
+                                                 visible=visible, tenant=tenant, cluster=cluster))
 
 
 def _allocation(*, session: Session, window: DateRange, aggregate: str, viewer: Viewer | None,
-                visible: frozenset[str] | None, tenant: str) -> Allocation:
+                visible: frozenset[str] | None, tenant: str, cluster: str) -> Allocation:
     lines: list[CostLine] = []
     months: list[MonthPricing] = []
     rated: list[BillingPeriod] = []
@@ -415,15 +432,23 @@ def _allocation(*, session: Session, window: DateRange, aggregate: str, viewer: 
             currency = currency or found
             months.append(MonthPricing(part.month, "estimate", status))
     currency = currency or "USD"
-    if aggregate != "namespace" and len(rated) == len(months):  # whole rated months: the invoices' usage
+    # Rated months span lines, not cells per cluster: a cluster's view (or the cluster aggregate) reads the rollups.
+    clusters = pool_clusters(session=session, start=window.start_utc, end=window.end_utc)
+    per_cluster = bool(cluster) or aggregate == "cluster"
+    if aggregate != "namespace" and not per_cluster and len(rated) == len(months):  # whole rated months: the invoices'
         cells = [c for period in rated for c in _stored_usage(session, period, viewer)]
     else:
-        cells = namespace_cells(session=session, start=window.start_utc, end=window.end_utc, tenants=visible)
-    capacity = capacity_by_pool(session=session, start=window.start_utc, end=window.end_utc) if visible is None else None
+        cells = namespace_cells(session=session, start=window.start_utc, end=window.end_utc, tenants=visible,
+                                cluster=cluster or None)
+    if cluster:  # pool names are unique across clusters (but `unpooled`, whose cells are read per cluster above)
+        lines = [line for line in lines if clusters.get(line.pool) == cluster]
+    capacity = capacity_by_pool(session=session, start=window.start_utc, end=window.end_utc,
+                                cluster=cluster or None) if visible is None else None
     departments = departments_at(session, window.end_utc) if aggregate == "department" else {}
     rows = build_rows(aggregate=aggregate, cells=cells, lines=lines, capacity=capacity, departments=departments,
-                      quantum=cents(currency))
-    return Allocation(window=window, aggregate=aggregate, tenant=tenant, currency=currency, months=months, rows=rows)
+                      quantum=cents(currency), clusters=clusters)
+    return Allocation(window=window, aggregate=aggregate, tenant=tenant, currency=currency, months=months, rows=rows,
+                      cluster=cluster)
 
 
 # --- answers ---------------------------------------------------------------------------------------------
@@ -440,7 +465,7 @@ def as_json(a: Allocation) -> dict:
     """The API's answer: the window, how each month was priced, the rows and the totals."""
     return {
         "window": window_text(a.window), "start": a.window.start, "end": a.window.end, "aggregate": a.aggregate,
-        "tenant": a.tenant or None, "currency": a.currency, "estimated": a.estimated,
+        "tenant": a.tenant or None, "cluster": a.cluster or None, "currency": a.currency, "estimated": a.estimated,
         "months": [{"month": m.month, "source": m.source, "status": m.status} for m in a.months],
         "rows": [row_json(r, a.currency) for r in a.rows], "total": row_json(a.total, a.currency),
     }
@@ -459,4 +484,5 @@ def as_csv(a: Allocation) -> bytes:
 
 def csv_filename(a: Allocation) -> str:
     """A download name that says what is inside (no user text: the tenant filter is left out)."""
-    return f"allocation-{a.aggregate}-{a.window.start.isoformat()}-{a.window.end.isoformat()}.csv"
+    where = f"-{a.cluster}" if a.cluster else ""  # a configured cluster's name: [a-z0-9._-] only
+    return f"allocation-{a.aggregate}{where}-{a.window.start.isoformat()}-{a.window.end.isoformat()}.csv"

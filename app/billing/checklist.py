@@ -108,7 +108,7 @@ def _plural(n: int, word: str) -> str:
 def _coverage_item(state: CloseState) -> ChecklistItem:
     c = state.coverage
     title = "Hours ingested"
-    detail = f"{c.ok:,} of {c.total:,} hours ingested"
+    detail = f"{c.ok:,} of {c.total:,} hours ingested" + (" in every cluster" if c.clusters else "")
     if state.status == PeriodStatus.FINALIZED:
         if state.accept_gaps_reason:
             return ChecklistItem("coverage", title, ItemStatus.OK, detail + ".",
@@ -118,7 +118,7 @@ def _coverage_item(state: CloseState) -> ChecklistItem:
         return ChecklistItem(
             "coverage", title, ItemStatus.BLOCKS,
             detail + f"; the month has not ended ({_plural(c.total - c.hours, 'hour')} still to come, never billed "
-            "once it is closed).",
+            "once it is closed)." + _by_cluster(c),
             "Close the month after it has ended and its last hours are ingested; to close it now anyway, tick "
             "\u201cAccept the missing hours\u201d below and give a reason.",
             accept="accept_gaps",
@@ -130,11 +130,23 @@ def _coverage_item(state: CloseState) -> ChecklistItem:
         if c.missing:
             parts.append(f"{_plural(c.missing, 'hour')} never ingested")
         return ChecklistItem(
-            "coverage", title, ItemStatus.BLOCKS, detail + ": " + "; ".join(parts) + ". They are not billed.",
+            "coverage", title, ItemStatus.BLOCKS, detail + ": " + "; ".join(parts) + ". They are not billed."
+            + _by_cluster(c),
             "Wait for ingestion to fill them, or tick \u201cAccept the missing hours\u201d below and give a reason.",
             accept="accept_gaps",
         )
     return ChecklistItem("coverage", title, ItemStatus.OK, detail + ".", "Nothing to do.")
+
+
+def _by_cluster(c: Coverage) -> str:
+    """With several clusters, those behind the others or with gaps (an hour is ingested when every cluster's is)."""
+    most = max((h.ok for h in c.clusters), default=0)
+    short = [f"{h.cluster}: {h.ok:,} ingested" + (f", {_plural(h.gaps, 'gap')}" if h.gaps else "")
+             for h in c.clusters if h.gaps or h.ok < most]
+    if not short:
+        return ""
+    return (" Behind by cluster (the other clusters' use in those hours is billed, theirs is not): "
+            + "; ".join(short) + ".")
 
 
 def _unpooled_item(state: CloseState) -> ChecklistItem:

@@ -145,17 +145,20 @@ CSV_COLUMNS = [
 
 
 def render_csv(view: PeriodView) -> bytes:
-    """One row per stored line, ordered by line id."""
+    """One row per stored line, ordered by line id; with several clusters a last column names each line's cluster
+    (a single-cluster period's export keeps its columns, and its bytes)."""
     p = view.period
+    several = view.several_clusters
     rows = [
         [
             p.month, l.line_id, l.account, l.department, l.pool, l.kind, l.klass, l.service, str(l.policy_version),
             _iso(l.charge_start), _iso(l.charge_end), _qty(l.quantity), l.unit, _money(l.amount), p.currency,
             "true" if l.source == LineSource.CORRECTION else "false", l.corrects, l.reason,
+            *([view.cluster_of(l.pool, l.policy_version)] if several else []),
         ]
         for l in view.lines
     ]
-    return csv_bytes(CSV_COLUMNS, rows)
+    return csv_bytes(CSV_COLUMNS + (["cluster"] if several else []), rows)
 
 
 # FOCUS 1.2: the 21 mandatory columns first (alphabetical, as the spec lists them), then the
@@ -211,6 +214,9 @@ def render_focus(view: PeriodView) -> bytes:
     # InvoiceId-C-004-C/-005-C: a tenant's rows are on its invoice of the month; platform balance
     # and unallocated rows are on no invoice, so their InvoiceId is null (an empty cell).
     invoiced = set(view.tenants)
+    # A Kubernetes cluster is neither a FOCUS region (RegionId: a geographic area) nor an availability zone
+    # (a fault-isolated area within a region): it is a provider-defined tag, set when there are several.
+    several = view.several_clusters
     rows = []
     for l in view.lines:
         category = charge_category(l.kind)
@@ -259,7 +265,8 @@ def render_focus(view: PeriodView) -> bytes:
             "SubAccountName": l.account,
             "SubAccountType": "Platform" if l.account == PLATFORM else "Tenant",
             "Tags": focus_tags(department=department, kind=l.kind, policy_version=str(l.policy_version),
-                               pool=l.pool, **{"class": l.klass}, service=l.service),
+                               pool=l.pool, **{"class": l.klass}, service=l.service,
+                               cluster=view.cluster_of(l.pool, l.policy_version) if several else ""),
             "x_LineId": l.line_id,
             "x_Corrects": l.corrects,
             "x_PolicyVersion": str(l.policy_version),

@@ -18,6 +18,7 @@ from app.billing.pricing import PriceSheet
 from app.billing.rating import pool_costs
 from app.core.errors import NotFound
 from app.core.timeutil import SECONDS_PER_HOUR
+from app.metrics.cluster_hours import pool_clusters
 from app.metrics.date_ranges import DateRange
 from app.metrics.models import PoolHourModel, PoolHourRollup, UsageRollup
 from app.metrics.types import ModelEnergy
@@ -44,21 +45,27 @@ class FleetCost:
 
 
 def fleet_cost(*, session: Session, month: str, start: datetime, end: datetime, docs: DocumentCache,
-               whole_month: bool = True) -> FleetCost:
+               whole_month: bool = True, cluster: str | None = None) -> FleetCost:
     """C of `month` over [start, end): what rating stored, else what rating would price (same pools, rounding).
 
     `whole_month=False` (a range that covers part of the month): always priced from the hours in it, since the
-    rated period's stored pool costs are the whole month's.
+    rated period's stored pool costs are the whole month's. `cluster`: C of that cluster's pools only.
     """
     period = get_period(session=session, month=month) if whole_month else None
     if period is not None and period.status != PeriodStatus.OPEN:
-        total = session.execute(select(func.sum(PoolCostRecord.cost)).where(PoolCostRecord.period_id == period.id)).scalar_one()
+        where = [PoolCostRecord.period_id == period.id]
+        if cluster is not None:  # pool names are unique across clusters
+            pools = [p for p, c in pool_clusters(session=session, start=start, end=end).items() if c == cluster]
+            where.append(PoolCostRecord.pool.in_(pools))
+        total = session.execute(select(func.sum(PoolCostRecord.cost)).where(*where)).scalar_one()
         return FleetCost(Decimal(str(total or 0)), CostSource.RATED, period.currency)
     rows = session.execute(
         select(PoolHourModel.hour, PoolHourModel.pool, PoolHourRollup.policy_version_id, PoolHourModel.model,
                PoolHourModel.gpus, PoolHourModel.measured_gpus, PoolHourModel.measured_kwh)
-        .join(PoolHourRollup, (PoolHourRollup.hour == PoolHourModel.hour) & (PoolHourRollup.pool == PoolHourModel.pool))
-        .where(PoolHourModel.hour >= start, PoolHourModel.hour < end, PoolHourRollup.gpus > 0)
+        .join(PoolHourRollup, (PoolHourRollup.hour == PoolHourModel.hour) & (PoolHourRollup.cluster == PoolHourModel.cluster)
+              & (PoolHourRollup.pool == PoolHourModel.pool))
+        .where(PoolHourModel.hour >= start, PoolHourModel.hour < end, PoolHourRollup.gpus > 0,
+               *([] if cluster is None else [PoolHourRollup.cluster == cluster]))
     ).all()
     if not rows:
         return FleetCost(None, CostSource.NONE)
@@ -102,23 +109,30 @@ class MonthCost:
 
 
 def month_cost(*, session: Session, month: str, start: datetime, end: datetime, docs: DocumentCache,
-               whole_month: bool = True) -> MonthCost:
-    """Fleet cost C (the one definition above) and utilisation of one month (or the part [start, end) of it)."""
+               whole_month: bool = True, cluster: str | None = None) -> MonthCost:
+    """Fleet cost C (the one definition above) and utilisation of one month (or the part [start, end) of it),
+    of the fleet or of one cluster."""
+    of_pool = [] if cluster is None else [PoolHourRollup.cluster == cluster]
+    of_usage = [] if cluster is None else [UsageRollup.cluster == cluster]
     capacity = session.execute(
-        select(func.sum(PoolHourRollup.capacity_gpu_seconds)).where(PoolHourRollup.hour >= start, PoolHourRollup.hour < end)
+        select(func.sum(PoolHourRollup.capacity_gpu_seconds)).where(PoolHourRollup.hour >= start, PoolHourRollup.hour < end,
+                                                                    *of_pool)
     ).scalar_one()
     used = session.execute(
-        select(func.sum(UsageRollup.gpu_seconds)).where(UsageRollup.hour >= start, UsageRollup.hour < end)
+        select(func.sum(UsageRollup.gpu_seconds)).where(UsageRollup.hour >= start, UsageRollup.hour < end, *of_usage)
     ).scalar_one()
-    c = fleet_cost(session=session, month=month, start=start, end=end, docs=docs, whole_month=whole_month)
+    c = fleet_cost(session=session, month=month, start=start, end=end, docs=docs, whole_month=whole_month,
+                   cluster=cluster)
     return MonthCost(month, c.cost, c.source, Decimal(capacity or 0) / SECONDS_PER_HOUR,
                      Decimal(used or 0) / SECONDS_PER_HOUR, c.currency)
 
 
-def range_cost(*, session: Session, window: DateRange, label: str, docs: DocumentCache) -> MonthCost:
+def range_cost(*, session: Session, window: DateRange, label: str, docs: DocumentCache,
+               cluster: str | None = None) -> MonthCost:
     """Fleet cost C and utilisation over a range of days: each whole month as rated (or priced), each part of a
     month priced from its own hours; no figure when any part has none that can be signed (unpriced model)."""
-    parts = [month_cost(session=session, month=p.month, start=p.start, end=p.end, docs=docs, whole_month=p.whole)
+    parts = [month_cost(session=session, month=p.month, start=p.start, end=p.end, docs=docs, whole_month=p.whole,
+                        cluster=cluster)
              for p in month_parts(window)]
     capacity = sum((p.capacity_hours for p in parts), Decimal(0))
     used = sum((p.used_hours for p in parts), Decimal(0))

@@ -47,6 +47,7 @@ class VersionTerms:
 
     dark_multiplier: Decimal
     penalties: dict[str, Decimal] = field(default_factory=dict)  # service -> penalty per breach minute
+    clusters: dict[str, str] = field(default_factory=dict)  # pool -> the cluster its nodes are in
 
 
 def group_of(line) -> str:

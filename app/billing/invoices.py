@@ -34,6 +34,7 @@ from app.billing.models import (
 )
 from app.billing.totals import BILLED_KINDS, NOT_TENANTS, account_totals, department_rollup, fold_totals
 from app.billing.types import BALANCE_KINDS, PLATFORM, QUANTITY, TRANSFER_KINDS, LineKind
+from app.core.clusters import DEFAULT_CLUSTER
 from app.core.errors import NotFound
 from app.core.settings import get_settings
 from app.core.timeutil import SECONDS_PER_HOUR
@@ -65,6 +66,25 @@ class PeriodView:
     def tenants(self) -> list[str]:
         names = {l.account for l in self.lines} | {u.tenant for u in self.usage}
         return sorted(names - NOT_TENANTS)
+
+    def cluster_of(self, pool: str, version: int | None = None) -> str:
+        """The cluster of a pool as the policy version says (its latest version when none is given); "" if unknown."""
+        if version is not None and pool in self.terms.get(version, VersionTerms(ZERO)).clusters:
+            return self.terms[version].clusters[pool]
+        for number in sorted(self.terms, reverse=True):
+            if pool in self.terms[number].clusters:
+                return self.terms[number].clusters[pool]
+        return ""
+
+    @property
+    def clusters(self) -> list[str]:
+        """The clusters the period's lines are in."""
+        return sorted({self.cluster_of(l.pool, l.policy_version) for l in self.lines} - {""})
+
+    @property
+    def several_clusters(self) -> bool:
+        """Lines of a cluster other than the single default one: pages and exports then name each line's cluster."""
+        return any(c != DEFAULT_CLUSTER for c in self.clusters)
 
 
 def load_view(*, session: Session, period: BillingPeriod) -> PeriodView:
@@ -124,7 +144,8 @@ def version_terms(session: Session, versions: set[int]) -> dict[int, VersionTerm
         except NotFound:
             continue
         out[number] = VersionTerms(doc.pricing.dark_time_multiplier,
-                                   {s.service: s.penalty_per_breach_minute for s in doc.sla})
+                                   {s.service: s.penalty_per_breach_minute for s in doc.sla},
+                                   {p.name: p.cluster for p in doc.pools})
     return out
 
 
@@ -165,7 +186,8 @@ def tenant_invoice(view: PeriodView, tenant: str) -> dict:
     penalties = sum((l.amount for l in lines if l.kind == LineKind.SLA_PENALTY), ZERO)
     credits = ZERO - sum((l.amount for l in lines if l.kind == LineKind.SLA_CREDIT), ZERO)
     currency = view.period.currency
-    explained = [{**line_dict(l), **explain(l, view.terms.get(l.policy_version), currency)} for l in lines]
+    explained = [{**line_dict(l), **explain(l, view.terms.get(l.policy_version), currency),
+                  "cluster": view.cluster_of(l.pool, l.policy_version)} for l in lines]
     groups: dict[str, list[dict]] = {}
     for line in explained:
         groups.setdefault(line["group"], []).append(line)
@@ -178,6 +200,8 @@ def tenant_invoice(view: PeriodView, tenant: str) -> dict:
         "currency": currency,
         "billing_dates": billing_dates(view.period, get_settings().tz),
         "coverage": coverage(view.period),
+        "clusters": sorted({line["cluster"] for line in explained} - {""}),
+        "several_clusters": view.several_clusters,
         "lines": explained,
         "groups": [
             {"group": g, "label": GROUP_LABELS.get(g, g), "subtotal": sum((l["amount"] for l in ls), ZERO),
@@ -185,7 +209,8 @@ def tenant_invoice(view: PeriodView, tenant: str) -> dict:
             for g, ls in groups.items()
         ],
         "gpu_hours": [
-            {"pool": u.pool, "class": u.klass, "busy": u.busy_gpu_hours, "dark": u.dark_gpu_hours,
+            {"pool": u.pool, "cluster": view.cluster_of(u.pool), "class": u.klass, "busy": u.busy_gpu_hours,
+             "dark": u.dark_gpu_hours,
              "total": u.busy_gpu_hours + u.dark_gpu_hours, "efficiency": u.efficiency}
             for u in usage
         ],
@@ -266,7 +291,7 @@ def platform_statement(view: PeriodView) -> dict:
         pool = pools.get(name) or {"pool": name, "charges": ZERO, "transfers": ZERO, **{k: ZERO for k in BALANCE_KINDS}}
         cost = view.costs.get(name, ZERO)
         balance = sum((pool[k] for k in BALANCE_KINDS), ZERO)
-        pool.update(cost=cost, balance=balance, difference=pool["charges"] + balance - cost)
+        pool.update(cost=cost, balance=balance, difference=pool["charges"] + balance - cost, cluster=view.cluster_of(name))
         pool["conserved"] = pool["difference"] == ZERO and pool["transfers"] == ZERO
         rows.append(pool)
     breaches = [
@@ -282,6 +307,7 @@ def platform_statement(view: PeriodView) -> dict:
         "balance_total": sum(by_kind.values(), ZERO),
         "unallocated": {"gpu_hours": unallocated_hours.quantize(QUANTITY), "amount": unallocated_amount},
         "pools": rows,
+        "several_clusters": view.several_clusters,
         "cost_total": sum(view.costs.values(), ZERO),
         "conserved": all(r["conserved"] for r in rows),
         "hours_expected": view.period.hours_expected,

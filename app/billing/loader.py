@@ -1,16 +1,23 @@
-"""Read a period's hourly rollups into `RatingHour`s, a day at a time (memory stays flat over a month)."""
+"""Read a period's hourly rollups into `RatingHour`s, a day at a time (memory stays flat over a month).
+
+Rating is keyed by pool-hour. Pool names are unique across clusters but for `unpooled`, which each
+cluster has of its own: the clusters' rows of one (hour, pool) are read as one pool-hour (GPUs,
+capacity, energy per model and usage add up), so the fleet's unpooled GPUs are one figure per hour.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from decimal import Decimal
+from itertools import groupby
 
 from sqlalchemy import BigInteger, cast, func, select
 from sqlmodel import Session
 
 from app.billing.types import RatingHour
-from app.core.errors import NotFound
+from app.core.errors import Conflict, NotFound
 from app.core.timeutil import aware
 from app.metrics.models import BreachMinuteRollup, BreachShare, PoolHourModel, PoolHourRollup, UsageRollup
 from app.metrics.types import BreachMinute, ModelEnergy
@@ -71,6 +78,9 @@ def _load_chunk(session: Session, start: datetime, end: datetime, docs: Document
     ).all()
     for hour, pool, model, gpus, measured_gpus, kwh in rows:
         models[(hour, pool)].append(ModelEnergy(model=model, gpus=gpus, measured_gpus=measured_gpus, measured_kwh=kwh))
+    for key, energy in models.items():
+        if len({m.model for m in energy}) < len(energy):  # one model in several clusters' rows of the pool-hour
+            models[key] = _summed(energy)
 
     usage = _usage(session, start, end)
 
@@ -79,13 +89,21 @@ def _load_chunk(session: Session, start: datetime, end: datetime, docs: Document
     pool_hours = conn.execute(
         select(
             _epoch(session, PoolHourRollup.hour), PoolHourRollup.pool, PoolHourRollup.gpus,
-            PoolHourRollup.capacity_gpu_seconds, PoolHourRollup.policy_version_id,
+            PoolHourRollup.capacity_gpu_seconds, PoolHourRollup.policy_version_id, PoolHourRollup.cluster,
         )
         .where(PoolHourRollup.hour >= start, PoolHourRollup.hour < end)
-        .order_by(PoolHourRollup.hour, PoolHourRollup.pool)
+        .order_by(PoolHourRollup.hour, PoolHourRollup.pool, PoolHourRollup.cluster)
     ).all()
-    for hour, pool, gpus, capacity, version_id in pool_hours:
-        key = (hour, pool)
+    for key, group in groupby(pool_hours, key=lambda r: (r[0], r[1])):
+        parts = list(group)
+        hour, pool = key
+        versions = {r[4] for r in parts}
+        if len(versions) > 1:
+            raise Conflict(f"pool {pool!r} hour {hour} was ingested by clusters {', '.join(r[5] for r in parts)} under "
+                           f"different policy versions: ingest that hour again (chargeback ingest --cluster ...)")
+        version_id = parts[0][4]
+        gpus = sum(r[2] for r in parts)
+        capacity = sum((r[3] for r in parts), Decimal(0)) if len(parts) > 1 else parts[0][3]
         yield RatingHour(
             hour=hour,
             pool=pool,
@@ -98,6 +116,17 @@ def _load_chunk(session: Session, start: datetime, end: datetime, docs: Document
             micro_usage=tuple(usage.get(key, ())),
             breaches=tuple(breaches.get(key, ())),
         )
+
+
+def _summed(energy: list[ModelEnergy]) -> list[ModelEnergy]:
+    """Energy rows of one pool-hour with each model once (C is linear in GPUs and kWh, so sums price the same)."""
+    out: dict[str, list] = {}
+    for m in energy:
+        acc = out.setdefault(m.model, [0, 0, Decimal(0)])
+        acc[0] += m.gpus
+        acc[1] += m.measured_gpus
+        acc[2] += m.measured_kwh
+    return [ModelEnergy(model=k, gpus=a[0], measured_gpus=a[1], measured_kwh=a[2]) for k, a in out.items()]
 
 
 _USAGE_SQL = (

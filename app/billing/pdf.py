@@ -177,7 +177,7 @@ def render_pdf(view: PeriodView) -> bytes:
     doc.heading("Cost per pool (C) and conservation", 12)
     doc.table(
         [46, 35, 35, 35, 35], ["Pool", "Cost C", "Charges", "Balance", "Check"],
-        [[r["pool"], _money(r["cost"], cur), _money(r["charges"], cur), _money(r["balance"], cur),
+        [[_pool(r, statement["several_clusters"]), _money(r["cost"], cur), _money(r["charges"], cur), _money(r["balance"], cur),
           "conserved" if r["conserved"] else f"off by {r['difference']}"] for r in statement["pools"]],
         right={1, 2, 3},
     )
@@ -236,7 +236,8 @@ def _invoice_page(doc: _Doc, view: PeriodView, tenant: str) -> None:
         for l in (line for line in inv["lines"] if line["group"] == group["group"]):
             unit = "min" if l["unit"] == "breach-minute" else "GPU-h"
             rows.append([
-                "  " + l["kind"].replace("_", " ") + (" (correction)" if l["correction"] else ""), l["pool"],
+                "  " + l["kind"].replace("_", " ") + (" (correction)" if l["correction"] else ""),
+                _pool(l, inv["several_clusters"]),
                 l["class"] + (f" {l['service']}" if l["service"] else ""), str(l["policy_version"]),
                 f"{_num(l['quantity'])} {unit}", _num(l["unit_rate"], trim=False), _money(l["amount"], cur),
             ])
@@ -253,7 +254,7 @@ def _invoice_page(doc: _Doc, view: PeriodView, tenant: str) -> None:
     )
     doc.table(
         [50, 30, 30, 30, 46], ["Pool", "Class", "Busy GPU-h", "Dark GPU-h", "Efficiency"],
-        [[g["pool"], g["class"], f"{g['busy']:.2f}", f"{g['dark']:.2f}",
+        [[_pool(g, inv["several_clusters"]), g["class"], f"{g['busy']:.2f}", f"{g['dark']:.2f}",
           "-" if g["efficiency"] is None else f"{g['efficiency']:.1%}"] for g in inv["gpu_hours"]],
         right={2, 3, 4},
     )
@@ -263,3 +264,8 @@ def _invoice_page(doc: _Doc, view: PeriodView, tenant: str) -> None:
                   f"Credits received: {_money(inv['credits_received'], cur)}")
     doc.set_font("Helvetica", "B", 11)
     doc.cell(0, 8, _text(f"{inv['total_label']}: {_money(inv['total'], cur)}"), new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+
+
+def _pool(row: dict, several_clusters: bool) -> str:
+    """A pool's cell: with several clusters, its cluster beside it (single-cluster documents keep their bytes)."""
+    return f"{row['pool']} ({row['cluster']})" if several_clusters and row.get("cluster") else row["pool"]

@@ -37,6 +37,7 @@ from app.core.event_payloads import CorrectionCreated, PeriodFinalized, PeriodRa
 from app.core.events import emit
 from app.core.settings import get_settings
 from app.core.timeutil import SECONDS_PER_HOUR, from_epoch, hours_between, utcnow
+from app.metrics.cluster_hours import hour_states, scope
 from app.metrics.models import IngestHour, IngestStatus, PoolHourRollup, UsageRollup
 
 CENT = Decimal("0.01")
@@ -55,12 +56,9 @@ class HourStatus:
 
 
 def hour_status(*, session: Session, period: Period) -> HourStatus:
-    """Which hours of the period are ingested (ok), marked as gaps, or not tried yet (missing)."""
+    """Which hours of the period are ingested (ok in every cluster), gaps (in some cluster), or not tried yet (missing)."""
     expected = hours_between(period.start, period.end)
-    rows = session.execute(
-        select(IngestHour.hour, IngestHour.status).where(IngestHour.hour >= period.start, IngestHour.hour < period.end)
-    ).all()
-    seen = {hour: status for hour, status in rows}
+    seen = hour_states(session=session, start=period.start, end=period.end, clusters=scope())
     status = HourStatus(expected=len(expected), ok=sum(1 for s in seen.values() if s == IngestStatus.OK))
     for hour in expected:
         state = seen.get(hour)
@@ -214,9 +212,13 @@ def unpooled_status(*, session: Session, period: Period) -> UnpooledStatus:
 
     in_period = (PoolHourRollup.pool == UNPOOLED, PoolHourRollup.hour >= period.start, PoolHourRollup.hour < period.end,
                  PoolHourRollup.gpus > 0)
-    hours, gpus, capacity = session.execute(
-        select(func.count(), func.max(PoolHourRollup.gpus), func.sum(PoolHourRollup.capacity_gpu_seconds)).where(*in_period)
-    ).one()
+    # Each cluster has an unpooled pool of its own: an hour's unpooled GPUs are those of every cluster (as rated).
+    per_hour = session.execute(
+        select(func.sum(PoolHourRollup.gpus), func.sum(PoolHourRollup.capacity_gpu_seconds)).where(*in_period)
+        .group_by(PoolHourRollup.hour)
+    ).all()
+    hours, gpus = len(per_hour), max((int(g) for g, _ in per_hour), default=0)
+    capacity = sum((Decimal(c) for _, c in per_hour), Decimal(0))
     used = session.execute(
         select(func.sum(UsageRollup.gpu_seconds)).where(
             UsageRollup.pool == UNPOOLED, UsageRollup.hour >= period.start, UsageRollup.hour < period.end

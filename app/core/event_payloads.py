@@ -13,6 +13,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.core.clusters import DEFAULT_CLUSTER
+
 
 class Payload(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -86,6 +88,8 @@ class IngestionGap(Payload):
     error: str
     attempts: int = Field(description="failed reads of this hour so far (one event per hour and attempt)")
     next_retry_at: datetime | None
+    cluster: str = Field(default=DEFAULT_CLUSTER,
+                         description="the cluster whose hour it is (each cluster's hours are read on their own)")
 
 
 PAYLOADS: dict[str, type[Payload]] = {

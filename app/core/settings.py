@@ -7,8 +7,10 @@ from functools import lru_cache
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.core.clusters import ClusterConfig, load_clusters
 
 DEV_SECRET = "development-only-secret-change-me"
 # Values copied from samples (docker-compose.yml's fallback among them) sign nothing an attacker cannot forge.
@@ -27,6 +29,11 @@ class Settings(BaseSettings):
     database_url: str = f"sqlite:///{Path('var') / 'chargeback.db'}"
     # Unset means the built-in cluster simulator is the metrics source.
     prometheus_url: str | None = None
+    # Several clusters (app/core/clusters.py): a JSON list, or a JSON/YAML file holding it; either
+    # replaces prometheus_url. Unset: the one cluster `default` read from prometheus_url.
+    clusters: str = ""
+    clusters_file: str | None = None
+    _clusters: tuple[tuple, list[ClusterConfig]] | None = PrivateAttr(default=None)
     # Unset: each scrape target's interval is inferred from the samples it stored; set to override.
     scrape_interval_s: int | None = None
     # dcgm-exporter's own pod (a series naming it is a free unit); comma lists, empty = the defaults
@@ -135,6 +142,30 @@ class Settings(BaseSettings):
         if self.oidc_issuer and self.environment != "development" and not self.oidc_issuer.startswith("https://"):
             raise ValueError("CHARGEBACK_OIDC_ISSUER must be an https URL outside development")
         return self
+
+    @model_validator(mode="after")
+    def _clusters_parse(self) -> Settings:
+        self.cluster_configs()  # a bad cluster list stops the start, not the first ingestion
+        return self
+
+    def cluster_configs(self) -> list[ClusterConfig]:
+        """Every configured cluster, in configuration order (one, `default`, unless clusters are listed).
+
+        Parsed again when the fields it comes from change (a `model_copy(update=...)` runs no validator).
+        A ClusterConfigError propagates unwrapped: its message names fields, never their (secret) values.
+        """
+        key = (self.clusters, self.clusters_file, self.prometheus_url, self.simulator_seed, self.simulator_gpus)
+        if self._clusters is None or self._clusters[0] != key:
+            self._clusters = (key, load_clusters(inline=self.clusters, file=self.clusters_file,
+                                                 prometheus_url=self.prometheus_url, simulator_seed=self.simulator_seed,
+                                                 simulator_gpus=self.simulator_gpus))
+        return list(self._clusters[1])
+
+    def cluster_names(self) -> list[str]:
+        return [c.name for c in self.cluster_configs()]
+
+    def cluster(self, name: str) -> ClusterConfig | None:
+        return next((c for c in self.cluster_configs() if c.name == name), None)
 
     @property
     def tz(self) -> ZoneInfo:

@@ -23,13 +23,23 @@ def _when(value: str, name: str) -> datetime:
         raise typer.BadParameter(f"{value!r} is not an ISO 8601 time", param_hint=name) from exc
 
 
+def _clusters(settings, names: list[str] | None) -> list[str]:
+    """The clusters named with --cluster (each must be configured), else every configured cluster."""
+    known = settings.cluster_names()
+    for name in names or ():
+        if name not in known:
+            raise typer.BadParameter(f"unknown cluster {name!r} (configured: {', '.join(known)})", param_hint="--cluster")
+    return list(dict.fromkeys(names)) if names else known
+
+
 @app.command("ingest")
 def ingest(
     start: str = typer.Option(..., "--start", help="first hour, ISO 8601 (UTC when no offset)"),
     end: str = typer.Option(..., "--end", help="end, exclusive, ISO 8601"),
     hours_per_fetch: int = typer.Option(0, "--hours-per-fetch", help="hours per query batch (0 = adapt to the fleet)"),
+    cluster: list[str] | None = typer.Option(None, "--cluster", help="only this cluster (repeatable; default: every one)"),
 ) -> None:
-    """Ingest whole hours [START, END) into rollups; exit code 2 when gaps remain."""
+    """Ingest whole hours [START, END) of each cluster into rollups; exit code 2 when gaps remain in any."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -52,36 +62,43 @@ def ingest(
     if last <= first:
         raise typer.BadParameter("must be after --start", param_hint="--end")
     settings, engine = get_settings(), get_engine()
-    source = get_source(settings)
+    names = _clusters(settings, cluster)
     hours = hours_between(first, last)
     console = Console(stderr=True)
-    report = IngestReport()
-    columns = (TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[state]}"),
-               TimeElapsedColumn(), TimeRemainingColumn())
+    reports: dict[str, IngestReport] = {}
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[state]}"), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task("ingest", total=len(hours), state="")
+        for name in names:
+            source = get_source(settings, name)
+            report = reports[name] = IngestReport()
+            task = bar.add_task(f"ingest {name}" if len(names) > 1 else "ingest", total=len(hours), state="")
 
-        def advance(hour: datetime, state: str) -> None:
-            bar.update(task, advance=1, state=f"{hour:%Y-%m-%d %H:%M} {state}")
+            def advance(hour: datetime, state: str, task=task) -> None:
+                bar.update(task, advance=1, state=f"{hour:%Y-%m-%d %H:%M} {state}")
 
-        for i in range(0, len(hours), WINDOW_HOURS):
-            window = hours[i:i + WINDOW_HOURS]
-            with unit_of_work(engine) as session:
-                part = ingest_hour_list(session=session, source=source, hours=window,
-                                        scrape_interval_s=settings.scrape_interval_s, progress=advance,
-                                        hours_per_fetch=hours_per_fetch or None)
-            report.merge(part)
-            if any(error != NO_POLICY for error in part.errors.values()):
-                break  # the source went away: stop rather than time out on every remaining window
+            for i in range(0, len(hours), WINDOW_HOURS):
+                window = hours[i:i + WINDOW_HOURS]
+                with unit_of_work(engine) as session:
+                    part = ingest_hour_list(session=session, source=source, hours=window,
+                                            scrape_interval_s=settings.scrape_interval_s, progress=advance,
+                                            hours_per_fetch=hours_per_fetch or None, cluster=name)
+                report.merge(part)
+                if any(error != NO_POLICY for error in part.errors.values()):
+                    break  # the source went away: stop rather than time out on every remaining window
 
+    missing = 0
     with Session(engine) as session:
-        rows = hour_status(session, first, last)
-    ok = sum(1 for h in hours if h in rows and rows[h].status == IngestStatus.OK)
-    missing = len(hours) - ok
-    console.print(f"hours: {len(hours)}  ok: {ok}  gaps: {sum(1 for r in rows.values() if r.status == IngestStatus.GAP)}  "
-                  f"not attempted: {sum(1 for h in hours if h not in rows)}  in {report.duration_s:.1f}s")
-    for hour, error in sorted(report.errors.items())[:5]:
-        console.print(f"  {hour:%Y-%m-%d %H:%M}: {error}")
+        for name in names:
+            rows = hour_status(session, first, last, name)
+            ok = sum(1 for h in hours if h in rows and rows[h].status == IngestStatus.OK)
+            missing += len(hours) - ok
+            label = f"{name}: " if len(names) > 1 else ""
+            console.print(f"{label}hours: {len(hours)}  ok: {ok}  "
+                          f"gaps: {sum(1 for r in rows.values() if r.status == IngestStatus.GAP)}  "
+                          f"not attempted: {sum(1 for h in hours if h not in rows)}  in {reports[name].duration_s:.1f}s")
+            for hour, error in sorted(reports[name].errors.items())[:5]:
+                console.print(f"  {hour:%Y-%m-%d %H:%M}: {error}")
     if missing:
         raise typer.Exit(2)
 
@@ -111,35 +128,65 @@ def worker(
 
 @app.command("doctor")
 def doctor(
-    url: str | None = typer.Option(None, "--url", help="Prometheus-compatible query API (default: CHARGEBACK_PROMETHEUS_URL)"),
+    url: str | None = typer.Option(None, "--url", help="Prometheus-compatible query API (default: the configured clusters')"),
+    cluster: list[str] | None = typer.Option(None, "--cluster", help="check this cluster (repeatable; default: every "
+                                             "cluster read from a Prometheus URL)"),
     policy_file: str | None = typer.Option(None, "--policy", help="policy YAML to check against (default: the active version)"),
     at: str | None = typer.Option(None, "--at", help="evaluate at this time, ISO 8601 (default: now)"),
     lookback_s: int = typer.Option(600, "--lookback", min=60, max=SECONDS_PER_DAY, help="seconds of samples to read"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
-    """Preflight a live Prometheus: label style, intervals, duplicates, nodes, namespaces, SLA buckets; exit 1 if it would mis-bill."""
+    """Preflight a live Prometheus: label style, intervals, duplicates, nodes, namespaces, SLA buckets; exit 1 if it would mis-bill.
+
+    Each cluster is checked against its own pools (a node another cluster's pool names is "not in any pool" here).
+    With --url and several clusters configured, --cluster says whose pools the URL's nodes belong to.
+    """
     import json
 
     from rich.console import Console
 
+    from app.core.clusters import DEFAULT_CLUSTER
     from app.core.settings import get_settings
     from app.core.timeutil import epoch, utcnow
     from app.metrics import doctor as doc
     from app.metrics.prometheus_api import PromReader
+    from app.metrics.sources import prometheus_clusters
 
     settings = get_settings()
-    target = url or settings.prometheus_url
-    if not target:
-        raise typer.BadParameter("no Prometheus to check: pass --url or set CHARGEBACK_PROMETHEUS_URL", param_hint="--url")
+    names = _clusters(settings, cluster) if cluster else None
+    if url:
+        if names and len(names) > 1:
+            raise typer.BadParameter("--url checks one Prometheus: give at most one --cluster", param_hint="--cluster")
+        name = names[0] if names else (DEFAULT_CLUSTER if DEFAULT_CLUSTER in settings.cluster_names()
+                                        else settings.cluster_names()[0])
+        targets = [(name, PromReader(url, timeout_s=settings.prometheus_timeout_s))]
+    else:
+        configs = [c for c in prometheus_clusters(settings) if names is None or c.name in names]
+        unread = sorted(set(names or ()) - {c.name for c in configs})
+        if unread:
+            raise typer.BadParameter(f"cluster {', '.join(unread)} is the built-in simulator: nothing to check",
+                                     param_hint="--cluster")
+        if not configs:
+            raise typer.BadParameter("no Prometheus to check: pass --url, or set CHARGEBACK_PROMETHEUS_URL or "
+                                     "CHARGEBACK_CLUSTERS", param_hint="--url")
+        targets = [(c.name, PromReader(c.url or "", timeout_s=settings.prometheus_timeout_s, access=c))
+                   for c in configs]
     when = epoch(_when(at, "--at")) if at else epoch(utcnow())
     policy = _doctor_policy(policy_file)
-    report = doc.run(PromReader(target, timeout_s=settings.prometheus_timeout_s), at=when, policy=policy,
-                     lookback_s=lookback_s)
+    reports = []
+    for name, reader in targets:
+        report = doc.run(reader, at=when, policy=None if policy is None else policy.for_cluster(name),
+                         lookback_s=lookback_s)
+        report.cluster = name
+        reports.append(report)
     if as_json:
-        typer.echo(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+        data = reports[0].as_dict() if len(reports) == 1 else {"clusters": {r.cluster: r.as_dict() for r in reports}}
+        typer.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
-        Console(width=max(120, Console().width)).print(doc_table(report))
-    if report.failing:
+        console = Console(width=max(120, Console().width))
+        for report in reports:
+            console.print(doc_table(report, cluster=report.cluster if len(reports) > 1 else None))
+    if any(r.failing for r in reports):
         raise typer.Exit(1)
 
 
@@ -171,12 +218,13 @@ def _doctor_policy(path: str | None):
         return None  # no database yet: the doctor still checks the exporter side
 
 
-def doc_table(report):
+def doc_table(report, *, cluster: str | None = None):
     """The report as a rich table: severity, finding, what it does to the bill, how to fix it."""
     from rich.table import Table
 
     colours = {"error": "bold red", "warning": "yellow", "info": "cyan"}
-    table = Table(title=f"chargeback doctor: {report.url}", show_lines=True, expand=True)
+    where = f"cluster {cluster} ({report.url})" if cluster else report.url
+    table = Table(title=f"chargeback doctor: {where}", show_lines=True, expand=True)
     for name, ratio in (("severity", 1), ("finding", 4), ("effect on the bill", 4), ("fix", 4)):
         table.add_column(name, ratio=ratio, overflow="fold")
     order = {"error": 0, "warning": 1, "info": 2}

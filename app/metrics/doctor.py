@@ -62,6 +62,7 @@ class Report:
     summary: dict[str, int] = field(default_factory=dict)
     intervals: list[dict] = field(default_factory=list)  # {job, interval_s, series}
     findings: list[Finding] = field(default_factory=list)
+    cluster: str | None = None  # whose pools the nodes were checked against (set by the caller)
 
     @property
     def failing(self) -> bool:
@@ -72,8 +73,11 @@ class Report:
         self.findings.append(Finding(*args, **kwargs))
 
     def as_dict(self) -> dict:
-        return {"url": self.url, "at": self.at, "label_style": self.label_style, "summary": self.summary,
-                "intervals": self.intervals, "failing": self.failing, "findings": [asdict(f) for f in self.findings]}
+        out = {"url": self.url, "at": self.at, "label_style": self.label_style, "summary": self.summary,
+               "intervals": self.intervals, "failing": self.failing, "findings": [asdict(f) for f in self.findings]}
+        if self.cluster is not None:
+            out["cluster"] = self.cluster
+        return out
 
 
 def _names(items: Iterable[str]) -> str:

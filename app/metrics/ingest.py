@@ -1,7 +1,10 @@
 """Whole hours from a metrics source into rollup rows: idempotent per hour, gaps recorded, never zeros.
 
-Each hour is written in its own savepoint (delete the hour's rows, insert the new ones, mark the
-`IngestHour` ok), so a failure never leaves part of an hour. Several hours that share a policy
+A source is one cluster's: its hours are ingested, replaced and marked for that cluster only, with the
+policy as that cluster sees it (`PolicyDocument.for_cluster`: its pools, their SLA services), so one
+cluster down is a gap of that cluster alone. Each hour is written in its own savepoint (delete the
+cluster's rows of the hour, insert the new ones, mark the `IngestHour` ok), so a failure never leaves
+part of an hour. Several hours that share a policy
 version are fetched with one set of queries, and the next batch is fetched while the current one
 is attributed and written. Services only flush: the caller commits.
 """
@@ -19,6 +22,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, insert
 from sqlmodel import Session, select
 
+from app.core.clusters import DEFAULT_CLUSTER
 from app.core.errors import AppError
 from app.core.event_payloads import IngestionGap
 from app.core.events import emit
@@ -83,24 +87,24 @@ def policy_at(*, session: Session, hour: datetime) -> tuple[int, PolicyDocument]
 def ingest_hours(*, session: Session, source: MetricsSource, start: datetime, end: datetime,
                  scrape_interval_s: int | None = None,
                  progress: Callable[[datetime, str], None] | None = None, now: datetime | None = None,
-                 hours_per_fetch: int | None = None) -> IngestReport:
-    """Ingest every whole hour in [start, end); returns which hours are ok and which became gaps."""
+                 hours_per_fetch: int | None = None, cluster: str = DEFAULT_CLUSTER) -> IngestReport:
+    """Ingest every whole hour in [start, end) of `cluster` from its source; which hours are ok, which gaps."""
     return ingest_hour_list(session=session, source=source, hours=hours_between(start, end),
                             scrape_interval_s=scrape_interval_s, progress=progress, now=now,
-                            hours_per_fetch=hours_per_fetch)
+                            hours_per_fetch=hours_per_fetch, cluster=cluster)
 
 
 def ingest_hour_list(*, session: Session, source: MetricsSource, hours: list[datetime],
                      scrape_interval_s: int | None = None,
                      progress: Callable[[datetime, str], None] | None = None, now: datetime | None = None,
-                     hours_per_fetch: int | None = None) -> IngestReport:
-    """Ingest the given hour starts; consecutive hours under one policy version share a fetch.
+                     hours_per_fetch: int | None = None, cluster: str = DEFAULT_CLUSTER) -> IngestReport:
+    """Ingest the given hour starts of `cluster` (`source` is its); consecutive hours under one policy version share a fetch.
 
     `hours_per_fetch` None adapts the batch to the fleet: about SAMPLE_BUDGET minute-samples per fetch.
     """
     with _fewer_gc_pauses():
         return _ingest(session=session, source=source, hours=hours, scrape_interval_s=scrape_interval_s,
-                       progress=progress, now=now, hours_per_fetch=hours_per_fetch)
+                       progress=progress, now=now, hours_per_fetch=hours_per_fetch, cluster=cluster)
 
 
 @contextmanager
@@ -117,7 +121,7 @@ def _fewer_gc_pauses():
 
 def _ingest(*, session: Session, source: MetricsSource, hours: list[datetime], scrape_interval_s: int | None,
             progress: Callable[[datetime, str], None] | None, now: datetime | None,
-            hours_per_fetch: int | None) -> IngestReport:
+            hours_per_fetch: int | None, cluster: str) -> IngestReport:
     report = IngestReport()
     began = time.perf_counter()
     hours = sorted({aware(h) for h in hours})
@@ -132,13 +136,13 @@ def _ingest(*, session: Session, source: MetricsSource, hours: list[datetime], s
             found = policy_at(session=session, hour=hours[i])
             if found is not None:
                 break
-            _mark_gap(session, hours[i], NO_POLICY, report, now, count_attempt=False)
+            _mark_gap(session, cluster, hours[i], NO_POLICY, report, now, count_attempt=False)
             if progress:
                 progress(hours[i], IngestStatus.GAP)
             i += 1
         else:
             return None
-        version_id, policy = found
+        version_id, policy = found[0], found[1].for_cluster(cluster)
         group = [hours[i]]
         while (len(group) < per_fetch and i + len(group) < len(hours) and hours[i + len(group)] == group[-1] + HOUR
                and _same_version(session, hours[i + len(group)], version_id)):
@@ -158,8 +162,8 @@ def _ingest(*, session: Session, source: MetricsSource, hours: list[datetime], s
                 # Nothing of these hours is stored; the rest of the run would meet the same outage,
                 # so they are recorded as gaps too (to be retried) rather than hammering the source.
                 for hour in group + hours[i:]:
-                    _mark_gap(session, hour, exc.detail if hour in group else f"not read: {exc.detail}", report, now,
-                              count_attempt=hour in group)
+                    _mark_gap(session, cluster, hour, exc.detail if hour in group else f"not read: {exc.detail}", report,
+                              now, count_attempt=hour in group)
                     if progress:
                         progress(hour, IngestStatus.GAP)
                 break
@@ -170,15 +174,16 @@ def _ingest(*, session: Session, source: MetricsSource, hours: list[datetime], s
             job = next_group()
             for hour, part in sorted(split_hours(batch).items()):
                 if hour in batch.gaps:  # the source cannot vouch for this hour (e.g. an exporter outage)
-                    _mark_gap(session, from_epoch(hour), batch.gaps[hour], report, now, count_attempt=True)
+                    _mark_gap(session, cluster, from_epoch(hour), batch.gaps[hour], report, now, count_attempt=True)
                     if progress:
                         progress(from_epoch(hour), IngestStatus.GAP)
                     continue
                 write_began = time.perf_counter()
                 rollup = attribute_hour(part, hour=hour, policy=policy, scrape_interval_s=scrape_interval_s)
                 with session.begin_nested():
-                    replace_hour(session, rollup, version_id)
-                    _mark_ok(session, from_epoch(hour), version_id, fetched_s + time.perf_counter() - write_began, now)
+                    replace_hour(session, rollup, version_id, cluster=cluster)
+                    _mark_ok(session, cluster, from_epoch(hour), version_id, fetched_s + time.perf_counter() - write_began,
+                             now)
                 report.ok.append(from_epoch(hour))
                 if progress:
                     progress(from_epoch(hour), IngestStatus.OK)
@@ -193,53 +198,53 @@ def _same_version(session: Session, hour: datetime, version_id: int) -> bool:
     return found is not None and found[0] == version_id
 
 
-def replace_hour(session: Session, rollup: HourRollup, version_id: int) -> None:
-    """Delete whatever the hour had and insert `rollup` (idempotent re-ingestion)."""
+def replace_hour(session: Session, rollup: HourRollup, version_id: int, *, cluster: str = DEFAULT_CLUSTER) -> None:
+    """Delete whatever the cluster's hour had and insert `rollup` (idempotent re-ingestion); other clusters' rows stay."""
     hour = from_epoch(rollup.hour)
-    breach_ids = select(BreachMinuteRollup.id).where(BreachMinuteRollup.hour == hour)
+    breach_ids = select(BreachMinuteRollup.id).where(BreachMinuteRollup.hour == hour, BreachMinuteRollup.cluster == cluster)
     session.execute(delete(BreachShare).where(BreachShare.breach_id.in_(breach_ids)))
     for table in (BreachMinuteRollup, UsageRollup, NamespaceUsage, PoolHourModel, PoolHourRollup, SlaUnresolvedHour,
                   DataQualityFinding):
-        session.execute(delete(table).where(table.hour == hour))
-    replace_unit_hours(session, hour, rollup, version_id)
+        session.execute(delete(table).where(table.hour == hour, table.cluster == cluster))
+    replace_unit_hours(session, hour, rollup, version_id, cluster=cluster)
     # Plain executemany inserts: building ORM objects for thousands of rows costs more than the writes.
     if rollup.usage:
         session.execute(insert(UsageRollup), [
-            {"hour": hour, "pool": u.pool, "tenant": u.tenant, "klass": u.klass, "dark": u.dark,
+            {"hour": hour, "cluster": cluster, "pool": u.pool, "tenant": u.tenant, "klass": u.klass, "dark": u.dark,
              "gpu_seconds": u.gpu_seconds, "activity_sum": u.activity_sum, "activity_samples": u.activity_samples,
              "policy_version_id": version_id}
             for u in rollup.usage
         ])
     if rollup.namespaces:
         session.execute(insert(NamespaceUsage), [
-            {"hour": hour, "pool": n.pool, "namespace": n.namespace, "tenant": n.tenant, "klass": n.klass,
+            {"hour": hour, "cluster": cluster, "pool": n.pool, "namespace": n.namespace, "tenant": n.tenant, "klass": n.klass,
              "dark": n.dark, "gpu_seconds": n.gpu_seconds, "activity_sum": n.activity_sum,
              "activity_samples": n.activity_samples}
             for n in rollup.namespaces
         ])
     if rollup.pools:
         session.execute(insert(PoolHourRollup), [
-            {"hour": hour, "pool": p.pool, "gpus": p.gpus, "capacity_gpu_seconds": p.capacity_gpu_seconds,
+            {"hour": hour, "cluster": cluster, "pool": p.pool, "gpus": p.gpus, "capacity_gpu_seconds": p.capacity_gpu_seconds,
              "dark_minutes": p.dark_minutes, "policy_version_id": version_id}
             for p in rollup.pools
         ])
     if rollup.findings:
         session.execute(insert(DataQualityFinding), [
-            {"hour": hour, "pool": f.pool, "kind": f.kind, "unit": f.unit, "gpu_seconds_cut": f.gpu_seconds_cut,
+            {"hour": hour, "cluster": cluster, "pool": f.pool, "kind": f.kind, "unit": f.unit, "gpu_seconds_cut": f.gpu_seconds_cut,
              "detail": f.detail[:2000]}
             for f in rollup.findings
         ])
-    models = [{"hour": hour, "pool": p.pool, "model": m.model, "gpus": m.gpus, "measured_gpus": m.measured_gpus,
+    models = [{"hour": hour, "cluster": cluster, "pool": p.pool, "model": m.model, "gpus": m.gpus, "measured_gpus": m.measured_gpus,
                "measured_kwh": m.measured_kwh} for p in rollup.pools for m in p.models]
     if models:
         session.execute(insert(PoolHourModel), models)
     if rollup.unresolved:
         session.execute(insert(SlaUnresolvedHour), [
-            {"hour": hour, "service": service, "service_tenant": tenant, "pool": pool, "minutes": minutes}
+            {"hour": hour, "cluster": cluster, "service": service, "service_tenant": tenant, "pool": pool, "minutes": minutes}
             for (service, tenant, pool), minutes in sorted(rollup.unresolved.items())
         ])
     breaches = [
-        BreachMinuteRollup(hour=hour, service=b.service, service_tenant=b.service_tenant, pool=b.pool,
+        BreachMinuteRollup(hour=hour, cluster=cluster, service=b.service, service_tenant=b.service_tenant, pool=b.pool,
                            minute_end=from_epoch(b.minute_end), p99_ms=b.p99_ms)
         for b in rollup.breaches
     ]
@@ -252,12 +257,13 @@ def replace_hour(session: Session, rollup: HourRollup, version_id: int) -> None:
     session.flush()
 
 
-def replace_unit_hours(session: Session, hour: datetime, rollup: HourRollup, version_id: int) -> None:
-    """The hour's per-unit rows (unit_hour), replaced in the caller's savepoint with the hour's other rollups."""
-    session.execute(delete(UnitHourRollup).where(UnitHourRollup.hour == hour))
+def replace_unit_hours(session: Session, hour: datetime, rollup: HourRollup, version_id: int, *,
+                       cluster: str = DEFAULT_CLUSTER) -> None:
+    """The cluster's per-unit rows of the hour (unit_hour), replaced in the caller's savepoint with its other rollups."""
+    session.execute(delete(UnitHourRollup).where(UnitHourRollup.hour == hour, UnitHourRollup.cluster == cluster))
     if rollup.units:
         session.execute(insert(UnitHourRollup), [
-            {"hour": hour, "node": u.node, "gpu_uuid": u.gpu_uuid, "gpu_instance": u.gpu_instance,
+            {"hour": hour, "cluster": cluster, "node": u.node, "gpu_uuid": u.gpu_uuid, "gpu_instance": u.gpu_instance,
              "gpu_index": u.gpu_index, "mig_profile": u.mig_profile, "model": u.model, "pool": u.pool,
              "capacity_gpu_seconds": u.capacity_gpu_seconds, "gpu_seconds": u.gpu_seconds,
              "activity_sum": u.activity_sum, "activity_samples": u.activity_samples, "tenants": ",".join(u.tenants),
@@ -266,8 +272,9 @@ def replace_unit_hours(session: Session, hour: datetime, rollup: HourRollup, ver
         ])
 
 
-def _mark_ok(session: Session, hour: datetime, version_id: int, duration_s: float, now: datetime | None) -> None:
-    row = session.get(IngestHour, hour) or IngestHour(hour=hour, status=IngestStatus.OK)
+def _mark_ok(session: Session, cluster: str, hour: datetime, version_id: int, duration_s: float,
+             now: datetime | None) -> None:
+    row = session.get(IngestHour, (cluster, hour)) or IngestHour(cluster=cluster, hour=hour, status=IngestStatus.OK)
     row.status, row.policy_version_id, row.last_error = IngestStatus.OK, version_id, ""
     row.attempts = (row.attempts or 0) + 1
     row.ingested_at, row.duration_s, row.next_retry_at = now or utcnow(), duration_s, None
@@ -275,15 +282,15 @@ def _mark_ok(session: Session, hour: datetime, version_id: int, duration_s: floa
     session.flush()
 
 
-def _mark_gap(session: Session, hour: datetime, error: str, report: IngestReport, now: datetime | None,
+def _mark_gap(session: Session, cluster: str, hour: datetime, error: str, report: IngestReport, now: datetime | None,
               *, count_attempt: bool) -> None:
     with session.begin_nested():
-        row = session.get(IngestHour, hour)
+        row = session.get(IngestHour, (cluster, hour))
         if row is not None and row.status == IngestStatus.OK:
             report.kept.append(hour)  # a re-read failed: the hour's earlier rollups stay valid
             report.errors[hour] = error
             return
-        row = row or IngestHour(hour=hour, status=IngestStatus.GAP)
+        row = row or IngestHour(cluster=cluster, hour=hour, status=IngestStatus.GAP)
         row.status, row.last_error = IngestStatus.GAP, error[:2000]
         if count_attempt:
             row.attempts = (row.attempts or 0) + 1
@@ -292,14 +299,19 @@ def _mark_gap(session: Session, hour: datetime, error: str, report: IngestReport
         session.flush()
         # One event per hour and attempt: an hour marked again without a new read (no policy, a run
         # cut short) or by a racing worker records nothing new.
-        emit(session=session, type="ingestion.gap", key=f"ingestion.gap:{aware(hour).isoformat()}:{row.attempts}",
+        # The default cluster's key as before clusters; another cluster's names it (the same hour, its own gap).
+        where = "" if cluster == DEFAULT_CLUSTER else f"{cluster}:"
+        emit(session=session, type="ingestion.gap",
+             key=f"ingestion.gap:{where}{aware(hour).isoformat()}:{row.attempts}",
              payload=IngestionGap(hour=aware(hour), error=row.last_error[:500], attempts=row.attempts,
-                                  next_retry_at=row.next_retry_at))
+                                  next_retry_at=row.next_retry_at, cluster=cluster))
     report.gaps.append(hour)
     report.errors[hour] = error
 
 
-def hour_status(session: Session, start: datetime, end: datetime) -> dict[datetime, IngestHour]:
-    """IngestHour rows for hours in [start, end), keyed by aware hour start."""
-    rows = session.exec(select(IngestHour).where(IngestHour.hour >= aware(start), IngestHour.hour < aware(end))).all()
+def hour_status(session: Session, start: datetime, end: datetime,
+                cluster: str = DEFAULT_CLUSTER) -> dict[datetime, IngestHour]:
+    """The cluster's IngestHour rows for hours in [start, end), keyed by aware hour start."""
+    rows = session.exec(select(IngestHour).where(IngestHour.cluster == cluster, IngestHour.hour >= aware(start),
+                                                 IngestHour.hour < aware(end))).all()
     return {aware(r.hour): r for r in rows}

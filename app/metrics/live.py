@@ -21,6 +21,7 @@ from decimal import Decimal
 from typing import Protocol
 
 from app.core.cache import TtlCache
+from app.core.clusters import ClusterConfig
 from app.core.errors import AppError
 from app.core.timeutil import SECONDS_PER_MINUTE as MINUTE_S
 from app.metrics import labels as rules
@@ -85,13 +86,14 @@ class PrometheusLive:
 
     url: str
     timeout_s: float = 10.0
+    access: ClusterConfig | None = None  # the cluster's auth and TLS options
 
     @property
     def key(self) -> str:
         return f"prometheus:{self.url}"
 
     def read(self, *, policy: PolicyDocument, at: float) -> LiveReading:
-        reader = PromReader(self.url, timeout_s=self.timeout_s)
+        reader = PromReader(self.url, timeout_s=self.timeout_s, access=self.access)
         series = [(m, *points[-1]) for m, points in reader.query(DEVICE_QUERY, at) if points]
         reading = LiveReading(at=at, series=series, queries=1)
         expr = services_query(policy)

@@ -1,4 +1,9 @@
-"""Hourly rollups (SPEC section 4). An hour is replaced whole on re-ingestion; a gap is an `IngestHour` row."""
+"""Hourly rollups (SPEC section 4). A cluster's hour is replaced whole on re-ingestion; a gap is an `IngestHour` row.
+
+Every row belongs to one cluster (CHARGEBACK_CLUSTERS; `default` for the single Prometheus): clusters
+are ingested independently, so one cluster's hour can be ok while another's is a gap. Pool names are
+unique across clusters, except `unpooled`, which each cluster has of its own.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from sqlalchemy import Column, Index, Numeric, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 import app.core.models  # noqa: F401  (naming convention)
+from app.core.clusters import DEFAULT_CLUSTER
 from app.core.generation import watch
 
 GPU_SECONDS = Numeric(20, 6)
@@ -21,12 +27,18 @@ class IngestStatus(StrEnum):
     GAP = "gap"  # retry pending
 
 
+def cluster_field(*, primary_key: bool = False):
+    """The cluster a row belongs to (server default: rows written before clusters existed are the default's)."""
+    return Field(default=DEFAULT_CLUSTER, primary_key=primary_key, sa_column_kwargs={"server_default": DEFAULT_CLUSTER})
+
+
 class IngestHour(SQLModel, table=True):
-    """One row per hour the portal has tried: `ok` (rollups stored) or `gap` (retry pending)."""
+    """One row per cluster and hour the portal has tried: `ok` (rollups stored) or `gap` (retry pending)."""
 
     __tablename__ = "ingest_hour"
 
-    hour: datetime = Field(primary_key=True)
+    cluster: str = cluster_field(primary_key=True)
+    hour: datetime = Field(primary_key=True, index=True)
     status: str  # an IngestStatus
     policy_version_id: int | None = Field(default=None, foreign_key="policy_version.id")
     attempts: int = 0
@@ -38,10 +50,11 @@ class IngestHour(SQLModel, table=True):
 
 class UsageRollup(SQLModel, table=True):
     __tablename__ = "usage_rollup"
-    __table_args__ = (UniqueConstraint("hour", "pool", "tenant", "klass", "dark", name="uq_usage_rollup_key"),)
+    __table_args__ = (UniqueConstraint("hour", "cluster", "pool", "tenant", "klass", "dark", name="uq_usage_rollup_key"),)
 
     id: int | None = Field(default=None, primary_key=True)
     hour: datetime = Field(index=True)
+    cluster: str = cluster_field()
     pool: str
     tenant: str = Field(index=True)
     klass: str
@@ -60,10 +73,12 @@ class NamespaceUsage(SQLModel, table=True):
     """
 
     __tablename__ = "namespace_usage"
-    __table_args__ = (UniqueConstraint("hour", "pool", "namespace", "tenant", "klass", "dark", name="uq_namespace_usage_key"),)
+    __table_args__ = (UniqueConstraint("hour", "cluster", "pool", "namespace", "tenant", "klass", "dark",
+                                       name="uq_namespace_usage_key"),)
 
     id: int | None = Field(default=None, primary_key=True)
     hour: datetime = Field(index=True)
+    cluster: str = cluster_field()
     pool: str
     namespace: str
     tenant: str = Field(index=True)
@@ -78,6 +93,7 @@ class PoolHourRollup(SQLModel, table=True):
     __tablename__ = "pool_hour"
 
     hour: datetime = Field(primary_key=True)
+    cluster: str = cluster_field(primary_key=True)
     pool: str = Field(primary_key=True)
     gpus: int
     capacity_gpu_seconds: Decimal = Field(sa_column=Column(GPU_SECONDS, nullable=False))
@@ -91,6 +107,7 @@ class PoolHourModel(SQLModel, table=True):
     __tablename__ = "pool_hour_model"
 
     hour: datetime = Field(primary_key=True)
+    cluster: str = cluster_field(primary_key=True)
     pool: str = Field(primary_key=True)
     model: str = Field(primary_key=True)
     gpus: int
@@ -104,6 +121,7 @@ class BreachMinuteRollup(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     hour: datetime = Field(index=True)
+    cluster: str = cluster_field()
     service: str
     service_tenant: str
     pool: str
@@ -127,10 +145,13 @@ class SlaUnresolvedHour(SQLModel, table=True):
     __tablename__ = "sla_unresolved_hour"
 
     hour: datetime = Field(primary_key=True)
+    cluster: str = cluster_field(primary_key=True)
     service: str = Field(primary_key=True)
     service_tenant: str
     pool: str
     minutes: int
+
+
 class DataQualityFinding(SQLModel, table=True):
     """What an hour's data said that was cut rather than billed (a unit above its capacity), with why."""
 
@@ -138,6 +159,7 @@ class DataQualityFinding(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     hour: datetime = Field(index=True)
+    cluster: str = cluster_field()
     pool: str
     kind: str  # over_capacity
     unit: str  # host/UUID[/GPU instance]
@@ -155,7 +177,8 @@ class UnitHourRollup(SQLModel, table=True):
     __table_args__ = (Index("ix_unit_hour_pool_hour", "pool", "hour"),)
 
     hour: datetime = Field(primary_key=True)
-    node: str = Field(primary_key=True)
+    cluster: str = cluster_field(primary_key=True)
+    node: str = Field(primary_key=True)  # a node name of that cluster
     gpu_uuid: str = Field(primary_key=True)
     gpu_instance: str = Field(default="", primary_key=True)  # GPU_I_ID, "" for a whole GPU
     gpu_index: str = ""

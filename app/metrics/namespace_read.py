@@ -32,42 +32,51 @@ class NamespaceCell:
     gpu_seconds: Decimal
     activity_sum: float
     activity_samples: int
+    cluster: str = ""  # "" where not read per cluster (a rated period's stored usage)
 
 
 def namespace_cells(*, session: Session, start: datetime, end: datetime,
-                    tenants: frozenset[str] | None) -> list[NamespaceCell]:
-    """GPU-seconds and activity per (tenant, pool, class, dark, namespace) in [start, end), for the tenants the viewer may read."""
+                    tenants: frozenset[str] | None, cluster: str | None = None) -> list[NamespaceCell]:
+    """GPU-seconds and activity per (tenant, cluster, pool, class, dark, namespace) in [start, end), for the tenants
+    the viewer may read (of one cluster when given)."""
     if tenants is not None and not tenants:
         return []
-    recorded = select(NamespaceUsage.hour).where(NamespaceUsage.hour >= start, NamespaceUsage.hour < end).distinct()
+    in_ns = [] if cluster is None else [NamespaceUsage.cluster == cluster]
+    in_usage = [] if cluster is None else [UsageRollup.cluster == cluster]
+    recorded = (select(NamespaceUsage.hour).where(NamespaceUsage.hour >= start, NamespaceUsage.hour < end, *in_ns)
+                .distinct())
     by_namespace = readable(
         select(NamespaceUsage.tenant, NamespaceUsage.pool, NamespaceUsage.klass, NamespaceUsage.dark,
                NamespaceUsage.namespace, func.sum(NamespaceUsage.gpu_seconds), func.sum(NamespaceUsage.activity_sum),
-               func.sum(NamespaceUsage.activity_samples))
-        .where(NamespaceUsage.hour >= start, NamespaceUsage.hour < end)
+               func.sum(NamespaceUsage.activity_samples), NamespaceUsage.cluster)
+        .where(NamespaceUsage.hour >= start, NamespaceUsage.hour < end, *in_ns)
         .group_by(NamespaceUsage.tenant, NamespaceUsage.pool, NamespaceUsage.klass, NamespaceUsage.dark,
-                  NamespaceUsage.namespace),
+                  NamespaceUsage.namespace, NamespaceUsage.cluster),
         NamespaceUsage, tenants,
     )
     unrecorded = readable(
         select(UsageRollup.tenant, UsageRollup.pool, UsageRollup.klass, UsageRollup.dark,
-               func.sum(UsageRollup.gpu_seconds), func.sum(UsageRollup.activity_sum), func.sum(UsageRollup.activity_samples))
-        .where(UsageRollup.hour >= start, UsageRollup.hour < end, UsageRollup.hour.not_in(recorded))
-        .group_by(UsageRollup.tenant, UsageRollup.pool, UsageRollup.klass, UsageRollup.dark),
+               func.sum(UsageRollup.gpu_seconds), func.sum(UsageRollup.activity_sum), func.sum(UsageRollup.activity_samples),
+               UsageRollup.cluster)
+        .where(UsageRollup.hour >= start, UsageRollup.hour < end, UsageRollup.hour.not_in(recorded), *in_usage)
+        .group_by(UsageRollup.tenant, UsageRollup.pool, UsageRollup.klass, UsageRollup.dark, UsageRollup.cluster),
         UsageRollup, tenants,
     )
-    cells = [NamespaceCell(t, p, k, bool(d), ns, Decimal(str(s or 0)), float(a or 0), int(n or 0))
-             for t, p, k, d, ns, s, a, n in session.execute(by_namespace)]
-    cells += [NamespaceCell(t, p, k, bool(d), NOT_RECORDED, Decimal(str(s or 0)), float(a or 0), int(n or 0))
-              for t, p, k, d, s, a, n in session.execute(unrecorded)]
-    return sorted(cells, key=lambda c: (c.tenant, c.pool, c.klass, c.dark, c.namespace))
+    cells = [NamespaceCell(t, p, k, bool(d), ns, Decimal(str(s or 0)), float(a or 0), int(n or 0), c)
+             for t, p, k, d, ns, s, a, n, c in session.execute(by_namespace)]
+    cells += [NamespaceCell(t, p, k, bool(d), NOT_RECORDED, Decimal(str(s or 0)), float(a or 0), int(n or 0), c)
+              for t, p, k, d, s, a, n, c in session.execute(unrecorded)]
+    return sorted(cells, key=lambda c: (c.tenant, c.pool, c.klass, c.dark, c.namespace, c.cluster))
 
 
-def capacity_by_pool(*, session: Session, start: datetime, end: datetime) -> dict[str, Decimal]:
-    """Capacity GPU-seconds per pool in [start, end) (staff only: capacity is nobody's tenant data)."""
+def capacity_by_pool(*, session: Session, start: datetime, end: datetime,
+                     cluster: str | None = None) -> dict[str, Decimal]:
+    """Capacity GPU-seconds per pool in [start, end), of one cluster when given (staff only: capacity is nobody's
+    tenant data)."""
     rows = session.execute(
         select(PoolHourRollup.pool, func.sum(PoolHourRollup.capacity_gpu_seconds))
-        .where(PoolHourRollup.hour >= start, PoolHourRollup.hour < end)
+        .where(PoolHourRollup.hour >= start, PoolHourRollup.hour < end,
+               *([] if cluster is None else [PoolHourRollup.cluster == cluster]))
         .group_by(PoolHourRollup.pool)
     )
     return {pool: Decimal(str(seconds or 0)) for pool, seconds in rows}

@@ -9,6 +9,9 @@ bills from, values no count, sum or counter can take (NaN, +-Inf, negative, absu
 server that drips bytes is cut off at the deadline: requests' `timeout` bounds each socket read, not
 the whole answer, so the body is read in small pieces against a clock. A 4xx (a query the server
 rejects) raises `Invalid`.
+
+Each cluster's access (bearer token, basic auth, mTLS client certificate, CA file, TLS verification;
+`app.core.clusters.ClusterConfig`) is set on the requests session once, by `configure_session`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import time
 from dataclasses import dataclass
 
 import requests
+from requests.auth import AuthBase, HTTPBasicAuth
 
+from app.core.clusters import ClusterConfig
 from app.core.errors import Invalid, Unavailable
 
 # No count, activity sum, energy counter (mJ since boot) or request counter comes near this.
@@ -33,8 +38,9 @@ def get_body(session: requests.Session, url: str, params: dict | list, *, timeou
     began = time.monotonic()
     cutoff = began + deadline_s
     try:
-        response = session.get(url, params=params, headers=headers, auth=auth, stream=True,
-                               timeout=(min(timeout_s, deadline_s), min(timeout_s, deadline_s)))
+        # verify and cert passed on explicitly: requests lets REQUESTS_CA_BUNDLE override a session's own verify.
+        response = session.get(url, params=params, headers=headers, auth=auth, stream=True, verify=session.verify,
+                               cert=session.cert, timeout=(min(timeout_s, deadline_s), min(timeout_s, deadline_s)))
     except requests.RequestException as exc:
         raise Unavailable(f"{_base(url)} did not answer: {type(exc).__name__}") from exc
     with response:
@@ -116,6 +122,45 @@ def decode_matrix(body: bytes, *, source: str) -> list[dict]:
     return result
 
 
+class _Bearer(AuthBase):
+    """`Authorization: Bearer <token>`, the token read from the cluster's config (its file) at each request."""
+
+    def __init__(self, access: ClusterConfig):
+        self.access = access
+
+    def __call__(self, request):
+        token = self.access.token()
+        if token:
+            request.headers["Authorization"] = f"Bearer {token}"
+        return request
+
+
+class _Basic(HTTPBasicAuth):
+    """Basic auth whose password is read from the cluster's config (its file) at each request."""
+
+    def __init__(self, access: ClusterConfig):
+        super().__init__(access.username or "", "")
+        self.access = access
+
+    def __call__(self, request):
+        self.password = self.access.basic_password()
+        return super().__call__(request)
+
+
+def configure_session(session: requests.Session, access: ClusterConfig | None) -> requests.Session:
+    """Set a cluster's auth and TLS options on a requests session (None: no auth, the system's CAs)."""
+    if access is None:
+        return session
+    if access.bearer_token is not None or access.bearer_token_file:
+        session.auth = _Bearer(access)
+    elif access.username:
+        session.auth = _Basic(access)
+    session.verify = access.ca_file if access.ca_file and access.tls_verify else access.tls_verify
+    if access.cert_file:
+        session.cert = (access.cert_file, access.key_file) if access.key_file else access.cert_file
+    return session
+
+
 MAX_INSTANT_BYTES = 256 * 1024 * 1024  # an instant answer (doctor, previews) larger than this is not one we would sign
 
 
@@ -125,10 +170,11 @@ class PromReader:
 
     url: str
     timeout_s: float = 30.0
+    access: ClusterConfig | None = None  # the cluster's auth and TLS options
 
     def _get(self, path: str, params: list[tuple[str, str]]):
         base = self.url.rstrip("/")
-        with requests.Session() as session:
+        with configure_session(requests.Session(), self.access) as session:
             body = get_body(session, base + path, params, timeout_s=self.timeout_s, deadline_s=self.timeout_s,
                             max_bytes=MAX_INSTANT_BYTES)
         return decode_data(body, source=f"Prometheus at {base}")

@@ -35,6 +35,7 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
+from app.core.clusters import ClusterConfig
 from app.core.errors import Invalid, Unavailable
 from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S
 from app.core.timeutil import SECONDS_PER_MINUTE as MINUTE_S
@@ -42,7 +43,7 @@ from app.core.timeutil import epoch
 from app.metrics import labels as rules
 from app.metrics.counters import hour_increase
 from app.metrics.presence import LOOKBACK_HOURS, presence_plan
-from app.metrics.prometheus_api import decode_matrix, get_body
+from app.metrics.prometheus_api import configure_session, decode_matrix, get_body
 from app.metrics.serving import Plan, services_plan
 from app.metrics.types import OCCUPANCY_METRICS, GpuEnergy, OccupancySeries, SeriesLabels, SourceBatch
 from app.policy.document import PolicyDocument
@@ -94,12 +95,13 @@ class PrometheusSource:
     # When a list is given, every query is appended to it with its duration (for benchmarks).
     log: list[QueryRecord] | None = None
     exporter: rules.ExporterIdentity = rules.DEFAULT_EXPORTER
+    access: ClusterConfig | None = None  # the cluster's auth and TLS options (bearer, basic, mTLS, CA)
 
     def __post_init__(self) -> None:
         retry = Retry(total=self.retries, backoff_factor=0.2, status_forcelist=(502, 503, 504),
                       allowed_methods=("GET", "POST"), raise_on_status=False)
         # The client owns connection settings (retries, auth, TLS); its session also carries our raw GETs.
-        self._session = requests.Session()
+        self._session = configure_session(requests.Session(), self.access)
         self.client = PrometheusConnect(url=self.url.rstrip("/"), retry=retry, timeout=self.timeout_s,
                                         session=self._session)
         # Points per series of a minute-step query must stay under Prometheus's limit.

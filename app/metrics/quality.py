@@ -22,9 +22,10 @@ class FindingsSummary:
 
 
 def findings_summary(*, session: Session, start: datetime | None = None,
-                     end: datetime | None = None) -> FindingsSummary:
-    """Findings in [start, end) (all when unbounded): counts and GPU-seconds cut, per pool and in total."""
-    where = []
+                     end: datetime | None = None, cluster: str | None = None) -> FindingsSummary:
+    """Findings in [start, end) (all when unbounded), of one cluster or all: counts and GPU-seconds cut, per pool
+    and in total."""
+    where = [] if cluster is None else [DataQualityFinding.cluster == cluster]
     if start is not None:
         where.append(DataQualityFinding.hour >= aware(start))
     if end is not None:

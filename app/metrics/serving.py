@@ -16,6 +16,7 @@ from collections.abc import Callable
 from decimal import Decimal
 
 from app.core.cache import TtlCache
+from app.core.clusters import ClusterConfig
 from app.core.errors import AppError
 from app.core.timeutil import SECONDS_PER_MINUTE as MINUTE_S
 from app.metrics.histograms import boundaries, p99_bucket, parse_le, quantile
@@ -190,12 +191,13 @@ BUCKET_CACHE_S = 300
 _BUCKET_CACHE: TtlCache[tuple[Decimal, ...] | None] = TtlCache(ttl_s=BUCKET_CACHE_S, max_entries=256)
 
 
-def bucket_lookup(url: str, *, timeout_s: float = 10.0, window: str = "1d", at: float | None = None):
+def bucket_lookup(url: str, *, timeout_s: float = 10.0, window: str = "1d", at: float | None = None,
+                  access: ClusterConfig | None = None):
     """A function: latency histogram selector -> its finite `le` boundaries seen over `window` (None when unknown).
 
     For policy validation's red-line warning and `chargeback doctor`; any failure means "unknown", never an error.
     """
-    reader = PromReader(url, timeout_s=timeout_s)
+    reader = PromReader(url, timeout_s=timeout_s, access=access)
 
     def lookup(selector: str) -> tuple[Decimal, ...] | None:
         def read() -> tuple[Decimal, ...] | None:

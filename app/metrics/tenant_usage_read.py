@@ -73,7 +73,9 @@ def pool_use(*, session: Session, start: datetime, end: datetime, tenants: froze
         UsageRollup, tenants,
     ).subquery()
     measured = dict(session.exec(
-        select(PoolHourRollup.pool, func.count()).where(PoolHourRollup.hour >= start, PoolHourRollup.hour < end)
+        # Distinct hours: `unpooled` has a row per cluster in an hour.
+        select(PoolHourRollup.pool, func.count(func.distinct(PoolHourRollup.hour)))
+        .where(PoolHourRollup.hour >= start, PoolHourRollup.hour < end)
         .group_by(PoolHourRollup.pool)).all())
     out = {}
     for tenant, pool, peak, total in session.exec(

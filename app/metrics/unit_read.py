@@ -52,12 +52,15 @@ def _buckets(period: DateRange, hourly: bool) -> list:
     return [(start + timedelta(hours=i)).astimezone(period.tz) for i in range(hours)]
 
 
-def unit_occupancy(*, session: Session, period: DateRange, pool: str, gpu: str | None = None) -> UnitOccupancy:
-    """Occupancy of each GPU of `pool` (MIG instances summed), or with `gpu` (a UUID) of each of its units."""
+def unit_occupancy(*, session: Session, period: DateRange, pool: str, gpu: str | None = None,
+                   cluster: str | None = None) -> UnitOccupancy:
+    """Occupancy of each GPU of `pool` (MIG instances summed), or with `gpu` (a UUID) of each of its units; of one
+    cluster's units when given (the same node name in two clusters is two nodes: their GPUs' UUIDs differ)."""
     hourly = (period.end - period.start).days + 1 <= HOURLY_MAX_DAYS
     bucket_col = None if hourly else day_column(session, U.hour, period.tz)
     when = bucket_col if bucket_col is not None else U.hour
-    where = [U.hour >= period.start_utc, U.hour < period.end_utc, U.pool == pool]
+    where = [U.hour >= period.start_utc, U.hour < period.end_utc, U.pool == pool,
+             *([] if cluster is None else [U.cluster == cluster])]
     if gpu:
         where.append(U.gpu_uuid == gpu)
     # One scan: per unit row and bucket, split by the holder tenants (a handful of combinations per row).

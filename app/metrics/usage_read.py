@@ -20,9 +20,10 @@ from sqlmodel import Session
 
 from app.core.errors import FieldError, Invalid
 from app.core.timeutil import SECONDS_PER_HOUR, aware, floor_hour
+from app.metrics.cluster_hours import ClusterHours, cluster_counts, hour_states, scope
 from app.metrics.date_ranges import MAX_RANGE_DAYS, DateRange, DayOf, day_column, days_of
 from app.metrics.efficiency import mean_activity
-from app.metrics.models import IngestHour, IngestStatus, PoolHourRollup, UsageRollup
+from app.metrics.models import IngestStatus, PoolHourRollup, UsageRollup
 from app.metrics.visibility import readable
 from app.policy.models import PolicyVersion
 
@@ -55,12 +56,19 @@ class UsageCell:
         return self.busy_gpu_hours + self.dark_gpu_hours
 
 
-def usage_cells(*, session: Session, start: datetime, end: datetime, tenants: frozenset[str] | None) -> list[UsageCell]:
-    """GPU-hours (busy, dark) and activity per tenant, pool and class in [start, end), for the tenants the viewer may read."""
+def _in_cluster(table, cluster: str | None) -> list:
+    """The WHERE clause of one cluster's rows (none: every cluster)."""
+    return [] if cluster is None else [table.cluster == cluster]
+
+
+def usage_cells(*, session: Session, start: datetime, end: datetime, tenants: frozenset[str] | None,
+                cluster: str | None = None) -> list[UsageCell]:
+    """GPU-hours (busy, dark) and activity per tenant, pool and class in [start, end), for the tenants the viewer may
+    read (of one cluster when given)."""
     stmt = readable(
         select(UsageRollup.tenant, UsageRollup.pool, UsageRollup.klass, UsageRollup.dark, func.sum(UsageRollup.gpu_seconds),
                func.sum(UsageRollup.activity_sum), func.sum(UsageRollup.activity_samples))
-        .where(UsageRollup.hour >= start, UsageRollup.hour < end)
+        .where(UsageRollup.hour >= start, UsageRollup.hour < end, *_in_cluster(UsageRollup, cluster))
         .group_by(UsageRollup.tenant, UsageRollup.pool, UsageRollup.klass, UsageRollup.dark),
         UsageRollup, tenants,
     )
@@ -113,15 +121,15 @@ def usage_summary(
         }
         for key, (busy, dark, activity, samples) in sorted(groups.items())
     ]
-    statuses = _statuses(session, start, end)
+    states = list(hour_states(session=session, start=start, end=end, clusters=scope()).values())
     return {
         "start": start,
         "end": end,
         "group_by": group_by,
         "rows": rows,
         "hours_expected": int((end - start).total_seconds() // SECONDS_PER_HOUR),
-        "hours_ok": statuses.get(IngestStatus.OK, 0),
-        "gap_hours": statuses.get(IngestStatus.GAP, 0),
+        "hours_ok": states.count(IngestStatus.OK),
+        "gap_hours": states.count(IngestStatus.GAP),
     }
 
 
@@ -151,13 +159,14 @@ class TenantClassHours:
 
 
 def gpu_hours_by_tenant_class(
-    *, session: Session, period: DateRange, tenants: frozenset[str] | None
+    *, session: Session, period: DateRange, tenants: frozenset[str] | None, cluster: str | None = None
 ) -> list[TenantClassHours]:
     """GPU-hours per tenant and workload class in `period` (dark and busy time), largest tenants first."""
     if tenants is not None and not tenants:
         return []
     by_key: dict[tuple[str, str], Decimal] = defaultdict(lambda: ZERO)
-    for cell in usage_cells(session=session, start=period.start_utc, end=period.end_utc, tenants=tenants):
+    for cell in usage_cells(session=session, start=period.start_utc, end=period.end_utc, tenants=tenants,
+                            cluster=cluster):
         by_key[(cell.tenant, cell.klass)] += cell.gpu_hours
     rows = [TenantClassHours(tenant=t, klass=k, gpu_hours=h) for (t, k), h in by_key.items()]
     totals: dict[str, Decimal] = defaultdict(lambda: ZERO)
@@ -178,6 +187,8 @@ class Coverage:
     ok: int
     gaps: int
     expected: int | None = None
+    # With several clusters in scope: each one's ok and gap hours (an hour is ok above only when ok in every one).
+    clusters: tuple[ClusterHours, ...] = ()
 
     @property
     def missing(self) -> int:
@@ -198,40 +209,35 @@ class Coverage:
         return self.hours < self.total
 
 
-def _statuses(session: Session, start: datetime, end: datetime) -> dict[str, int]:
-    """Ingested hours of [start, end) by status (ok, gap)."""
-    return {status: int(n) for status, n in session.execute(
-        select(IngestHour.status, func.count())
-        .where(IngestHour.hour >= start, IngestHour.hour < end)
-        .group_by(IngestHour.status)
-    ).all()}
+def hours_coverage(*, session: Session, start: datetime, end: datetime, now: datetime,
+                   cluster: str | None = None) -> Coverage:
+    """Ingestion coverage of the UTC hours [start, end): every hour expected, those finished by `now` due.
 
-
-def hours_coverage(*, session: Session, start: datetime, end: datetime, now: datetime) -> Coverage:
-    """Ingestion coverage of the UTC hours [start, end): every hour expected, those finished by `now` due."""
+    Of one cluster, or (None) of the fleet: an hour counts as ingested when every cluster's is (cluster_hours).
+    """
     start, end = aware(start), aware(end)
     expected = max(0, int((end - start).total_seconds() // SECONDS_PER_HOUR))
     done_until = min(end, floor_hour(now))
     hours_done = max(0, int((done_until - start).total_seconds() // SECONDS_PER_HOUR))
-    counts = _statuses(session, start, end)
-    return Coverage(hours=hours_done, ok=counts.get(IngestStatus.OK, 0), gaps=counts.get(IngestStatus.GAP, 0),
-                    expected=expected)
+    clusters = scope(cluster)
+    states = list(hour_states(session=session, start=start, end=end, clusters=clusters).values())
+    per_cluster = tuple(cluster_counts(session=session, start=start, end=end, clusters=clusters)) if len(clusters) > 1 else ()
+    return Coverage(hours=hours_done, ok=states.count(IngestStatus.OK), gaps=states.count(IngestStatus.GAP),
+                    expected=expected, clusters=per_cluster)
 
 
-def coverage(*, session: Session, period: DateRange, now: datetime) -> Coverage:
+def coverage(*, session: Session, period: DateRange, now: datetime, cluster: str | None = None) -> Coverage:
     """Ingestion coverage of `period` up to `now` (future hours are not counted as missing)."""
-    return hours_coverage(session=session, start=period.start_utc, end=period.end_utc, now=now)
+    return hours_coverage(session=session, start=period.start_utc, end=period.end_utc, now=now, cluster=cluster)
 
 
-def ingested_days(*, session: Session, period: DateRange, hourly: bool = False) -> set[date] | set[datetime]:
-    """Days of the range with at least one ingested hour: the others have no figures (charts draw a gap, not 0).
-    `hourly`: the ingested hours themselves (local time), for a chart by hour."""
+def ingested_days(*, session: Session, period: DateRange, hourly: bool = False,
+                  cluster: str | None = None) -> set[date] | set[datetime]:
+    """Days of the range with at least one ingested hour (in every cluster of the scope): the others have no figures
+    (charts draw a gap, not 0). `hourly`: the ingested hours themselves (local time), for a chart by hour."""
     day_of = _local_hour(period.tz) if hourly else DayOf(period.tz)
-    rows = session.execute(
-        select(IngestHour.hour).where(IngestHour.hour >= period.start_utc, IngestHour.hour < period.end_utc,
-                                      IngestHour.status == IngestStatus.OK)
-    ).scalars()
-    return {day_of(hour) for hour in rows}
+    states = hour_states(session=session, start=period.start_utc, end=period.end_utc, clusters=scope(cluster))
+    return {day_of(hour) for hour, state in states.items() if state == IngestStatus.OK}
 
 
 # --- usage over time -------------------------------------------------------------------------------------
@@ -260,7 +266,8 @@ def hours_of(period: DateRange) -> list[datetime]:
     return [(start + timedelta(hours=i)).astimezone(period.tz) for i in range(int((end - start).total_seconds()) // SECONDS_PER_HOUR)]
 
 
-def daily_usage(*, session: Session, period: DateRange, tenants: frozenset[str] | None, hourly: bool = False) -> DailyUsage:
+def daily_usage(*, session: Session, period: DateRange, tenants: frozenset[str] | None, hourly: bool = False,
+                cluster: str | None = None) -> DailyUsage:
     """GPU-hours by class per day (and idle = capacity - used for the whole fleet); `hourly`: per hour instead
     (a short range), keyed by the local hour."""
     in_db = None if hourly else day_column(session, UsageRollup.hour, period.tz)
@@ -268,7 +275,7 @@ def daily_usage(*, session: Session, period: DateRange, tenants: frozenset[str] 
     bucket = UsageRollup.hour if in_db is None else in_db
     query = (
         select(bucket, UsageRollup.klass, UsageRollup.dark, func.sum(UsageRollup.gpu_seconds))
-        .where(UsageRollup.hour >= period.start_utc, UsageRollup.hour < period.end_utc)
+        .where(UsageRollup.hour >= period.start_utc, UsageRollup.hour < period.end_utc, *_in_cluster(UsageRollup, cluster))
         .group_by(bucket, UsageRollup.klass, UsageRollup.dark)
     )
     # Seconds are summed per day first and divided once: a Decimal division per row costs more than the query.
@@ -289,7 +296,8 @@ def daily_usage(*, session: Session, period: DateRange, tenants: frozenset[str] 
         cap_bucket = PoolHourRollup.hour if in_db is None else day_column(session, PoolHourRollup.hour, period.tz)
         rows = session.execute(
             select(cap_bucket, func.sum(PoolHourRollup.capacity_gpu_seconds))
-            .where(PoolHourRollup.hour >= period.start_utc, PoolHourRollup.hour < period.end_utc)
+            .where(PoolHourRollup.hour >= period.start_utc, PoolHourRollup.hour < period.end_utc,
+                   *_in_cluster(PoolHourRollup, cluster))
             .group_by(cap_bucket)
         )
         for hour, seconds in rows:
@@ -339,18 +347,21 @@ class DarkShare:
         return None if not self.used_hours else self.dark_hours / self.used_hours
 
 
-def dark_share(*, session: Session, period: DateRange, tenants: frozenset[str] | None) -> DarkShare:
-    """Share of pool-minutes that were dark, and share of GPU-hours used in dark time."""
+def dark_share(*, session: Session, period: DateRange, tenants: frozenset[str] | None,
+               cluster: str | None = None) -> DarkShare:
+    """Share of pool-minutes that were dark, and share of GPU-hours used in dark time (of one cluster when given)."""
     pool_hours, dark_minutes = session.execute(
         select(func.count(), func.sum(PoolHourRollup.dark_minutes))
-        .where(PoolHourRollup.hour >= period.start_utc, PoolHourRollup.hour < period.end_utc)
+        .where(PoolHourRollup.hour >= period.start_utc, PoolHourRollup.hour < period.end_utc,
+               *_in_cluster(PoolHourRollup, cluster))
     ).one()
     used = ZERO
     dark = ZERO
     if tenants is None or tenants:
         query = readable(
             select(UsageRollup.dark, func.sum(UsageRollup.gpu_seconds))
-            .where(UsageRollup.hour >= period.start_utc, UsageRollup.hour < period.end_utc)
+            .where(UsageRollup.hour >= period.start_utc, UsageRollup.hour < period.end_utc,
+                   *_in_cluster(UsageRollup, cluster))
             .group_by(UsageRollup.dark),
             UsageRollup, tenants,
         )

@@ -1,9 +1,14 @@
 """The ingestion worker: every finished hour, catch-up after downtime, gap retries, one ingester per hour.
 
+Each cluster (CHARGEBACK_CLUSTERS) is ingested on its own: its own pending hours, claims and status
+rows, its runs taken in turn with the other clusters' so that one cluster's backlog or outage never
+holds another's hours back. A cluster whose source failed is left for the rest of the round (its
+hours are gaps, retried with backoff); the others go on.
+
 Two workers may run at once (a rolling deploy, an operator's manual run). Each claims the hours it
 is about to ingest inside the transaction that writes them: on PostgreSQL with
-`pg_try_advisory_xact_lock` per hour (a claimed hour is skipped by the other, which moves on), on
-SQLite with `BEGIN IMMEDIATE` (the second waits for the first's commit). After claiming, the
+`pg_try_advisory_xact_lock` per (cluster, hour) (a claimed hour is skipped by the other, which moves
+on), on SQLite with `BEGIN IMMEDIATE` (the second waits for the first's commit). After claiming, the
 hour's status is read again, so an hour the other worker finished meanwhile is not redone.
 """
 
@@ -11,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+import zlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -20,24 +26,54 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, select
 
+from app.core.clusters import DEFAULT_CLUSTER
 from app.core.db import get_engine, is_postgres, unit_of_work
 from app.core.settings import Settings, get_settings
 from app.core.timeutil import HOUR, SECONDS_PER_HOUR, aware, floor_hour, hours_between, utcnow
-from app.metrics.ingest import IngestReport, hour_status, ingest_hour_list
+from app.metrics.ingest import NO_POLICY, IngestReport, hour_status, ingest_hour_list
 from app.metrics.models import IngestHour, IngestStatus
 from app.metrics.types import MetricsSource
 
 log = logging.getLogger(__name__)
-# Advisory lock namespace ("CB" + 1) and key: (namespace, hours since the epoch).
+# Advisory lock namespace ("CB" + 1) and key: (namespace, hours since the epoch), the default cluster's;
+# another cluster's namespace is derived from its name (two names sharing one only make a worker skip an hour).
 LOCK_CLASS = 0x43420001
+
+
+def lock_key(cluster: str, hour: datetime) -> tuple[int, int]:
+    """The (int4, int4) advisory lock of one cluster's hour."""
+    if cluster == DEFAULT_CLUSTER:
+        space = LOCK_CLASS
+    else:
+        space = zlib.crc32(f"chargeback-cluster:{cluster}".encode())
+        space = space - (1 << 32) if space >= 1 << 31 else space
+    return space, int(hour.timestamp()) // SECONDS_PER_HOUR
 
 
 @dataclass
 class WorkerReport:
+    """Hours this worker ingested, left as gaps or skipped; an hour appears once per cluster it was done for."""
+
     ingested: list[datetime] = field(default_factory=list)
     gaps: list[datetime] = field(default_factory=list)
     skipped: list[datetime] = field(default_factory=list)  # claimed or finished by another worker
     rounds: int = 0
+    clusters: dict[str, WorkerReport] = field(default_factory=dict)  # the same, per cluster
+
+    def of(self, cluster: str) -> WorkerReport:
+        return self.clusters.setdefault(cluster, WorkerReport())
+
+    def add(self, cluster: str, *, ingested=(), gaps=(), skipped=()) -> None:
+        part = self.of(cluster)
+        for mine, theirs, new in ((self.ingested, part.ingested, ingested), (self.gaps, part.gaps, gaps),
+                                  (self.skipped, part.skipped, skipped)):
+            mine += new
+            theirs += new
+
+    def merge(self, other: WorkerReport) -> None:
+        for cluster, part in other.clusters.items():
+            self.add(cluster, ingested=part.ingested, gaps=part.gaps, skipped=part.skipped)
+        self.rounds += other.rounds or 0
 
 
 def last_finished_hour_end(now: datetime, delay_s: int) -> datetime:
@@ -46,16 +82,20 @@ def last_finished_hour_end(now: datetime, delay_s: int) -> datetime:
 
 
 def pending_hours(session: Session, *, now: datetime, delay_s: int, backfill_start: datetime | None = None,
-                  backfill_hours: int = 24) -> list[datetime]:
-    """Finished hours not yet ok: never tried, or gaps whose retry time has come."""
+                  backfill_hours: int = 24, cluster: str = DEFAULT_CLUSTER) -> list[datetime]:
+    """The cluster's finished hours not yet ok: never tried, or gaps whose retry time has come.
+
+    From `backfill_start`, else from the cluster's first recorded hour, else (a cluster new to the
+    portal) `backfill_hours` back: a cluster added later does not backfill the others' whole history.
+    """
     now = aware(now)
     end = last_finished_hour_end(now, delay_s)
     if backfill_start is not None:
         start = floor_hour(backfill_start)
     else:
-        first = session.exec(select(func.min(IngestHour.hour))).one()
+        first = session.exec(select(func.min(IngestHour.hour)).where(IngestHour.cluster == cluster)).one()
         start = aware(first) if first is not None else end - backfill_hours * HOUR
-    rows = hour_status(session, start, end)
+    rows = hour_status(session, start, end, cluster)
     due = []
     for hour in hours_between(start, end):
         row = rows.get(hour)
@@ -64,19 +104,21 @@ def pending_hours(session: Session, *, now: datetime, delay_s: int, backfill_sta
     return due
 
 
-def claim(session: Session, hours: list[datetime], now: datetime) -> list[datetime]:
-    """Lock the hours this transaction will ingest; return those still pending once locked."""
+def claim(session: Session, hours: list[datetime], now: datetime, cluster: str = DEFAULT_CLUSTER) -> list[datetime]:
+    """Lock the cluster's hours this transaction will ingest; return those still pending once locked."""
     if is_postgres(session):
-        got = [h for h in hours if session.execute(
-            text("SELECT pg_try_advisory_xact_lock(:c, :k)"), {"c": LOCK_CLASS, "k": int(h.timestamp()) // SECONDS_PER_HOUR}
-        ).scalar()]
+        got = []
+        for h in hours:
+            space, key = lock_key(cluster, h)
+            if session.execute(text("SELECT pg_try_advisory_xact_lock(:c, :k)"), {"c": space, "k": key}).scalar():
+                got.append(h)
     else:
         # Take SQLite's write lock first: a concurrent worker waits here until we commit.
         session.connection(execution_options={"sqlite_immediate": True})
         got = list(hours)
     still = []
     for hour in got:
-        row = session.exec(select(IngestHour).where(IngestHour.hour == hour)).first()
+        row = session.exec(select(IngestHour).where(IngestHour.cluster == cluster, IngestHour.hour == hour)).first()
         if row is None or (row.status == IngestStatus.GAP and (row.next_retry_at is None or aware(row.next_retry_at) <= now)):
             still.append(hour)
     return still
@@ -93,30 +135,51 @@ def _runs(hours: list[datetime], size: int) -> list[list[datetime]]:
     return runs
 
 
-def run_once(*, engine: Engine, source: MetricsSource, settings: Settings, now: datetime,
+def _in_turn(runs: Mapping[str, list[list[datetime]]]) -> list[tuple[str, list[datetime]]]:
+    """The clusters' runs interleaved: first run of each cluster, then the second of each, ..."""
+    out = []
+    for k in range(max((len(r) for r in runs.values()), default=0)):
+        out += [(cluster, r[k]) for cluster, r in runs.items() if k < len(r)]
+    return out
+
+
+def run_once(*, engine: Engine, source: MetricsSource | None = None, settings: Settings, now: datetime,
              backfill_start: datetime | None = None, backfill_hours: int = 24, batch_hours: int = 24,
-             progress: Callable[[datetime, str], None] | None = None) -> WorkerReport:
-    """One round: ingest every pending hour, one transaction per run of consecutive hours."""
+             progress: Callable[[datetime, str], None] | None = None,
+             sources: Mapping[str, MetricsSource] | None = None) -> WorkerReport:
+    """One round: ingest every pending hour of every cluster, one transaction per run of consecutive hours.
+
+    `sources` maps each cluster to its source; `source` alone is the default cluster's.
+    """
+    sources = dict(sources) if sources is not None else {DEFAULT_CLUSTER: source}
     report = WorkerReport(rounds=1)
+    runs = {}
     with Session(engine) as session:
-        pending = pending_hours(session, now=now, delay_s=settings.ingest_delay_s, backfill_start=backfill_start,
-                                backfill_hours=backfill_hours)
-    for run in _runs(pending, batch_hours):
+        for cluster in sources:
+            pending = pending_hours(session, now=now, delay_s=settings.ingest_delay_s, backfill_start=backfill_start,
+                                    backfill_hours=backfill_hours, cluster=cluster)
+            runs[cluster] = _runs(pending, batch_hours)
+    down: set[str] = set()
+    for cluster, run in _in_turn(runs):
+        if cluster in down:
+            continue  # its source failed this round: its hours wait for their retry, the others go on
         try:
             with unit_of_work(engine) as session:
-                claimed = claim(session, run, now)
-                report.skipped += [h for h in run if h not in claimed]
+                claimed = claim(session, run, now, cluster)
+                report.add(cluster, skipped=[h for h in run if h not in claimed])
                 if not claimed:
                     continue
-                result: IngestReport = ingest_hour_list(session=session, source=source, hours=claimed,
+                result: IngestReport = ingest_hour_list(session=session, source=sources[cluster], hours=claimed,
                                                         scrape_interval_s=settings.scrape_interval_s,
-                                                        progress=progress, now=now)
+                                                        progress=progress, now=now, cluster=cluster)
         except OperationalError as exc:  # SQLite: the other worker held the write lock past the busy timeout
-            log.warning("could not claim %s..%s: %s", run[0], run[-1], exc)
-            report.skipped += run
+            log.warning("could not claim %s %s..%s: %s", cluster, run[0], run[-1], exc)
+            report.add(cluster, skipped=run)
             continue
-        report.ingested += result.ok
-        report.gaps += result.gaps
+        report.add(cluster, ingested=result.ok, gaps=result.gaps)
+        if any(error != NO_POLICY for error in result.errors.values()) and not result.ok:
+            down.add(cluster)
+            log.warning("cluster %s could not be read: %s", cluster, next(iter(result.errors.values())))
     return report
 
 
@@ -137,7 +200,7 @@ def run_worker(*, engine: Engine | None = None, source: MetricsSource | None = N
                backfill_hours: int = 24, batch_hours: int = 24, now: Callable[[], datetime] = utcnow,
                stop: threading.Event | None = None,
                progress: Callable[[datetime, str], None] | None = None,
-               tasks: Sequence[WorkerTask] = ()) -> WorkerReport:
+               tasks: Sequence[WorkerTask] = (), sources: Mapping[str, MetricsSource] | None = None) -> WorkerReport:
     """Ingest finished hours until stopped (or one round with `once`); returns what this worker did.
 
     After each ingestion round the worker runs `tasks` (deliveries of the event outbox: webhooks,
@@ -148,15 +211,17 @@ def run_worker(*, engine: Engine | None = None, source: MetricsSource | None = N
     """
     settings = settings or get_settings()
     engine = engine or get_engine()
-    if source is None:
-        from app.metrics.sources import get_source
+    if source is not None:
+        sources = {DEFAULT_CLUSTER: source}
+    elif sources is None:
+        from app.metrics.sources import get_sources
 
-        source = get_source(settings)
+        sources = get_sources(settings)
     stop = stop or threading.Event()
     total = WorkerReport()
     while True:
         try:
-            done = run_once(engine=engine, source=source, settings=settings, now=now(), backfill_start=backfill_start,
+            done = run_once(engine=engine, sources=sources, settings=settings, now=now(), backfill_start=backfill_start,
                             backfill_hours=backfill_hours, batch_hours=batch_hours, progress=progress)
         except Exception:
             if once:
@@ -165,10 +230,7 @@ def run_worker(*, engine: Engine | None = None, source: MetricsSource | None = N
             log.exception("ingestion round failed")
             done = WorkerReport(rounds=1)
         run_tasks(tasks, engine=engine, now=now())
-        total.ingested += done.ingested
-        total.gaps += done.gaps
-        total.skipped += done.skipped
-        total.rounds += 1
+        total.merge(done)
         if done.ingested or done.gaps:
             log.info("ingested %d hours, %d gaps", len(done.ingested), len(done.gaps))
         if once or stop.wait(poll_seconds):

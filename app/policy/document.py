@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.core.clusters import DEFAULT_CLUSTER
+
 WorkloadClass = Literal["inference", "training", "preprocessing"]
 UNALLOCATED = "unallocated"
 UNPOOLED = "unpooled"  # the pool of GPUs on nodes no policy pool names: shown, never priced
@@ -43,6 +45,9 @@ class Tenant(Strict):
 class Pool(Strict):
     name: str = Field(min_length=1)
     nodes: list[str] = Field(min_length=1)
+    # Additive: the cluster whose nodes these are (CHARGEBACK_CLUSTERS); a node name means a node of
+    # that cluster only. Documents without it mean the single, default cluster.
+    cluster: str = Field(default=DEFAULT_CLUSTER, min_length=1)
     reserved_fraction: Decimal = Field(default=Decimal("0.30"), ge=0, le=1)
     reservations: dict[str, Decimal] = Field(default_factory=dict)
     # Additive: the pool's GPUs are nodes x gpus_per_node; its model defaults to the only priced one.
@@ -179,6 +184,26 @@ class PolicyDocument(Strict):
 
     def slas_for_pool(self, pool: str) -> list[Sla]:
         return [s for s in self.sla if s.pool == pool]
+
+    def clusters(self) -> list[str]:
+        """The clusters the pools name, in order of first mention."""
+        return list(dict.fromkeys(p.cluster for p in self.pools))
+
+    def for_cluster(self, cluster: str) -> PolicyDocument:
+        """The document as one cluster's ingestion reads it: that cluster's pools and their SLA services only,
+        so a node another cluster's pool names is unknown here (its GPUs go to `unpooled`, for this cluster)."""
+        pools = [p for p in self.pools if p.cluster == cluster]
+        if len(pools) == len(self.pools):
+            return self
+        names = {p.name for p in pools}
+        return self.model_copy(update={
+            "pools": pools, "sla": [s for s in self.sla if s.pool in names],
+            "quotas": [q for q in self.quotas if q.pool in names],
+        })
+
+    def cluster_of_pool(self, pool: str) -> str | None:
+        found = self.pool(pool)
+        return None if found is None else found.cluster
 
     def to_data(self) -> dict:
         """A plain, JSON/YAML-ready dict using the document's own spelling (`class`)."""

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
+from app.core.clusters import DEFAULT_CLUSTER
 from app.core.errors import FieldError
 from app.policy import gpus
 from app.policy.document import RESERVED_TENANT_NAMES, UNPOOLED, PolicyDocument, Pool
@@ -57,13 +58,20 @@ LatencyBuckets = Callable[[str], Sequence[Decimal] | None]
 
 
 def validate(doc: PolicyDocument, *, measured_peak_mib: dict[str, float] | None = None,
-             latency_buckets: LatencyBuckets | None = None) -> list[FieldError]:
-    """All cross-field problems of a parsed document, errors and warnings, each with its field path."""
+             latency_buckets: LatencyBuckets | None = None, clusters: Sequence[str] | None = None) -> list[FieldError]:
+    """All cross-field problems of a parsed document, errors and warnings, each with its field path.
+
+    `clusters`: the cluster names pools may name (default: the configured ones, CHARGEBACK_CLUSTERS).
+    """
     report = _Report()
+    if clusters is None:
+        from app.core.settings import get_settings
+
+        clusters = get_settings().cluster_names()
     _magnitudes(doc, report)
     _exported_names(doc, report)
     _tenants(doc, report)
-    _pools(doc, report)
+    _pools(doc, report, clusters)
     _pricing(doc, report)
     _slas(doc, report)
     _sla_buckets(doc, report, latency_buckets)
@@ -159,9 +167,11 @@ def pool_model(doc: PolicyDocument, pool: Pool) -> str | None:
     return next(iter(doc.pricing.gpu_models)) if len(doc.pricing.gpu_models) == 1 else None
 
 
-def _pools(doc: PolicyDocument, report: _Report) -> None:
+def _pools(doc: PolicyDocument, report: _Report, clusters: Sequence[str]) -> None:
     names: dict[str, int] = {}
-    node_pool: dict[str, str] = {}
+    # Node names are per cluster: the same name in two clusters is two nodes.
+    node_pool: dict[tuple[str, str], str] = {}
+    several = doc.clusters() != [DEFAULT_CLUSTER]
     paths = pool_paths(doc)
     for i, pool in enumerate(doc.pools):
         if pool.name in names:
@@ -169,12 +179,16 @@ def _pools(doc: PolicyDocument, report: _Report) -> None:
         names.setdefault(pool.name, i)
         if pool.name == UNPOOLED:
             report.error(path_of(paths[i], "name"), f"'{UNPOOLED}' is reserved for GPUs on nodes no pool names")
+        if pool.cluster not in clusters:
+            report.error(path_of(paths[i], "cluster"), f"unknown cluster '{pool.cluster}' (configured: {', '.join(clusters)})")
         for k, node in enumerate(pool.nodes):
-            if node in node_pool:
-                other = node_pool[node]
-                message = f"node '{node}' is listed twice" if other == pool.name else f"node '{node}' is already in pool '{other}'"
+            other = node_pool.get((pool.cluster, node))
+            if other is not None:
+                message = (f"node '{node}' is listed twice" if other == pool.name
+                           else f"node '{node}' is already in pool '{other}'"
+                           + (f" of cluster '{pool.cluster}'" if several else ""))
                 report.error(path_of(paths[i], "nodes", k), message)
-            node_pool.setdefault(node, pool.name)
+            node_pool.setdefault((pool.cluster, node), pool.name)
         for k, node in enumerate(pool.time_sliced_nodes):
             if node not in pool.nodes:
                 report.error(path_of(paths[i], "time_sliced_nodes", k), f"node '{node}' is not in this pool's nodes")
@@ -360,6 +374,10 @@ def _mig(doc: PolicyDocument, report: _Report) -> None:
         pool = doc.pool_for_node(node)
         if pool is None:
             report.error(base, f"node '{node}' is not in any pool")
+        in_clusters = sorted({p.cluster for p in doc.pools if node in p.nodes})
+        if len(in_clusters) > 1:
+            report.warning(base, f"node '{node}' is in pools of clusters {', '.join(in_clusters)}: this layout applies "
+                                 "to the node of that name in each of them")
         model_name = _mig_model(doc, node, layout.model, report)
         if model_name is None:
             continue

@@ -21,11 +21,9 @@ def measured_peaks(session: SessionDep) -> dict[str, float] | None:
     """
     settings = get_settings()
     version = latest_version(session=session)
-    if not settings.prometheus_url or version is None:
+    if version is None:
         return None
-    return impact.measured_peaks_from_prometheus(
-        settings.prometheus_url, load_document(version), timeout_s=min(settings.prometheus_timeout_s, 10.0)
-    )
+    return impact.measured_peaks_of_clusters(load_document(version), timeout_s=min(settings.prometheus_timeout_s, 10.0))
 
 
 PeaksDep = Annotated[dict[str, float] | None, Depends(measured_peaks)]

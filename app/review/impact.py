@@ -18,12 +18,15 @@ from app.billing.rating import rate_period
 from app.billing.totals import NOT_TENANTS, account_totals
 from app.billing.types import PLATFORM, LineKind, RatingResult
 from app.core.cache import TtlCache
+from app.core.clusters import ClusterConfig
 from app.core.errors import AppError, FieldError, Invalid
 from app.core.settings import get_settings
 from app.core.timeutil import aware, utcnow
+from app.metrics.cluster_hours import hour_states, scope
 from app.metrics.models import IngestHour, IngestStatus, UsageRollup
 from app.metrics.prometheus_api import PromReader
 from app.metrics.serving import bucket_lookup
+from app.metrics.sources import prometheus_clusters
 from app.policy import gpus
 from app.policy.document import PolicyDocument
 from app.policy.service import get_version, load_document
@@ -139,10 +142,9 @@ def month_before(month: str) -> str:
 
 
 def _ok_hours(session: Session, period: Period) -> int:
-    return session.exec(
-        select(func.count()).select_from(IngestHour)
-        .where(IngestHour.hour >= period.start, IngestHour.hour < period.end, IngestHour.status == IngestStatus.OK)
-    ).one()
+    """Hours of the month ingested in every cluster (cluster_hours' rule)."""
+    states = hour_states(session=session, start=period.start, end=period.end, clusters=scope())
+    return sum(1 for state in states.values() if state == IngestStatus.OK)
 
 
 def _coverage(session: Session, period: Period) -> dict:
@@ -360,7 +362,8 @@ PEAK_QUERY = 'max_over_time((sum by (namespace) (DCGM_FI_DEV_FB_USED{{namespace!
 
 
 def measured_peaks_from_prometheus(
-    url: str, doc: PolicyDocument, *, at=None, window: str = "7d", timeout_s: float = 10.0
+    url: str, doc: PolicyDocument, *, at=None, window: str = "7d", timeout_s: float = 10.0,
+    access: ClusterConfig | None = None,
 ) -> dict[str, float] | None:
     """Peak GPU memory (MiB) per tenant over `window` from dcgm-exporter's DCGM_FI_DEV_FB_USED; None if unreachable.
 
@@ -370,7 +373,8 @@ def measured_peaks_from_prometheus(
     hit, result = _PEAK_CACHE.peek(key)
     if not hit:
         try:
-            result = PromReader(url, timeout_s=timeout_s).query(PEAK_QUERY.format(window=window), (at or utcnow()).timestamp())
+            reader = PromReader(url, timeout_s=timeout_s, access=access)
+            result = reader.query(PEAK_QUERY.format(window=window), (at or utcnow()).timestamp())
         except AppError:  # unanswered, partial or refused: not measured: validation then warns instead
             return None
         _PEAK_CACHE.put(key, result)
@@ -383,9 +387,33 @@ def measured_peaks_from_prometheus(
     return peaks
 
 
-def configured_latency_buckets() -> LatencyBuckets | None:
-    """Bucket boundaries of a latency histogram as the configured Prometheus has them (red-line warnings); None without one."""
-    settings = get_settings()
-    if not settings.prometheus_url:
+def measured_peaks_of_clusters(doc: PolicyDocument, *, timeout_s: float = 10.0) -> dict[str, float] | None:
+    """Peak GPU memory per tenant from every cluster read from Prometheus (a tenant's peaks in several clusters add
+    up, like its namespaces'); None when no cluster is, or none answers."""
+    found = [measured_peaks_from_prometheus(c.url or "", doc, timeout_s=timeout_s, access=c)
+             for c in prometheus_clusters(get_settings())]
+    answers = [f for f in found if f is not None]
+    if not answers:
         return None
-    return bucket_lookup(settings.prometheus_url, timeout_s=min(settings.prometheus_timeout_s, 10.0))
+    peaks: dict[str, float] = {}
+    for answer in answers:
+        for tenant, mib in answer.items():
+            peaks[tenant] = peaks.get(tenant, 0.0) + mib
+    return peaks
+
+
+def configured_latency_buckets() -> LatencyBuckets | None:
+    """Bucket boundaries of a latency histogram as the clusters' Prometheus have them (red-line warnings): the first
+    cluster that stores the histogram answers; None when no cluster is read from Prometheus."""
+    settings = get_settings()
+    lookups = [bucket_lookup(c.url or "", timeout_s=min(settings.prometheus_timeout_s, 10.0), access=c)
+               for c in prometheus_clusters(settings)]
+    if not lookups:
+        return None
+    if len(lookups) == 1:
+        return lookups[0]
+
+    def lookup(selector: str):
+        return next((found for found in (look(selector) for look in lookups) if found is not None), None)
+
+    return lookup

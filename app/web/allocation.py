@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from app.auth.deps import CurrentUser
 from app.billing.allocation import (
-    AGGREGATES,
+    aggregates,
     allocation,
     as_csv,
     billing_today,
@@ -27,7 +27,8 @@ from app.web.date_range_picker import RangeContext, range_context
 
 router = APIRouter(include_in_schema=False)
 
-AGGREGATE_LABELS = {"tenant": "Tenant", "department": "Department", "pool": "Pool", "class": "Class", "namespace": "Namespace"}
+AGGREGATE_LABELS = {"tenant": "Tenant", "department": "Department", "pool": "Pool", "cluster": "Cluster", "class": "Class",
+                    "namespace": "Namespace"}
 
 
 @dataclass
@@ -38,6 +39,7 @@ class ExplorerQuery:
     end: date | None = None
     aggregate: Annotated[str, Query(max_length=20)] = "tenant"
     tenant: Annotated[str, Query(max_length=200)] = ""
+    cluster: Annotated[str, Query(max_length=63)] = ""
 
 
 Explorer = Annotated[ExplorerQuery, Depends()]
@@ -49,20 +51,23 @@ def _explore(session, user, q: ExplorerQuery):
     window = window_of(q.start or (q.end or today).replace(day=1), q.end or today, tz=tz, path="query.start")
     rc = RangeContext(period=window, now=utcnow(), today=today, timezone=get_settings().billing_timezone)
     return rc, allocation(session=session, window=window, aggregate=check_aggregate(q.aggregate), viewer=user,
-                          tenant=q.tenant)
+                          tenant=q.tenant, cluster=q.cluster)
 
 
 @router.get("/allocation")
 def allocation_page(request: Request, session: SessionDep, user: CurrentUser, q: Explorer) -> Response:
     rc, result = _explore(session, user, q)
     query = {"start": rc.period.start.isoformat(), "end": rc.period.end.isoformat(), "aggregate": q.aggregate,
-             "tenant": q.tenant}
+             "tenant": q.tenant, "cluster": q.cluster}
+    clusters = get_settings().cluster_names()
     context = {
         "title": "Allocation",
         "a": result,
-        "aggregates": [(key, AGGREGATE_LABELS[key]) for key in AGGREGATES],
+        # The cluster aggregate and filter only where there is more than one cluster.
+        "aggregates": [(key, AGGREGATE_LABELS[key]) for key in aggregates()],
+        "clusters": clusters if len(clusters) > 1 else [],
         "query": query,
-        **range_context(request, rc, keep={"aggregate": q.aggregate, "tenant": q.tenant}),
+        **range_context(request, rc, keep={"aggregate": q.aggregate, "tenant": q.tenant, "cluster": q.cluster}),
     }
     return render(request, "allocation/index.html", context)
 

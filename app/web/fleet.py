@@ -11,8 +11,10 @@ from starlette.responses import Response
 
 from app.auth.deps import Staff
 from app.core.deps import SessionDep
+from app.core.settings import get_settings
 from app.http.templating import render, templates
 from app.metrics.attribution import UNPOOLED
+from app.metrics.cluster_hours import check_cluster
 from app.metrics.live import LiveCache
 from app.metrics.occupancy_read import HOURLY_MAX_DAYS, occupancy
 from app.metrics.unit_read import tenant_memory_peaks, unit_occupancy
@@ -46,37 +48,48 @@ def _link(rc, **params) -> str:
     return "/fleet?" + urlencode({k: v for k, v in query.items() if v})
 
 
-def _heatmap(session, rc, level: str, pool: str | None, gpu: str | None) -> str:
+def _heatmap(session, rc, level: str, pool: str | None, gpu: str | None, cluster: str | None, several: bool) -> str:
     """The heatmap section's HTML (a long range of a large pool is ~15,000 cells: rendered once, then cached)."""
+    def where(p: str) -> str:
+        return f" · {', '.join(occ.clusters.get(p, []))}" if several and not cluster else ""
+
     if level == "fleet":
-        occ = occupancy(session=session, period=rc.period)
-        rows = [{"key": p, "label": p, "href": _link(rc, pool=p),
-                 "note": f"{occ.gpus.get(p, '?')} GPUs" + (" · unpriced" if p == UNPOOLED else "")} for p in occ.pools]
+        occ = occupancy(session=session, period=rc.period, cluster=cluster)
+        rows = [{"key": p, "label": p, "href": _link(rc, pool=p, cluster=cluster),
+                 "note": f"{occ.gpus.get(p, '?')} GPUs" + (" · unpriced" if p == UNPOOLED else "") + where(p)}
+                for p in occ.pools]
     else:
-        occ = unit_occupancy(session=session, period=rc.period, pool=pool, gpu=gpu if level == "gpu" else None)
+        occ = unit_occupancy(session=session, period=rc.period, pool=pool, gpu=gpu if level == "gpu" else None,
+                             cluster=cluster)
         rows = [{"key": r.key, "label": r.label, "note": ", ".join(r.tenants) or "no holder",
-                 "href": _link(rc, pool=pool, gpu=r.key) if level == "pool" else None} for r in occ.rows]
+                 "href": _link(rc, pool=pool, gpu=r.key, cluster=cluster) if level == "pool" else None} for r in occ.rows]
     context = {
         "level": level, "pool_name": pool, "gpu_uuid": gpu, "occ": occ, "rows": rows, "buckets": occ.buckets,
         "hourly": occ.hourly, "cells": occ.cells, "totals": occ.totals, "headers": _headers(occ.buckets, occ.hourly),
         "cell_style": heat.cell_style, "legend_gradient": heat.legend_gradient(), "legend_ticks": heat.LEGEND_TICKS,
-        "fleet_href": _link(rc), "pool_href": _link(rc, pool=pool) if pool else None, "unpooled": UNPOOLED,
+        "fleet_href": _link(rc, cluster=cluster), "pool_href": _link(rc, pool=pool, cluster=cluster) if pool else None,
+        "unpooled": UNPOOLED,
     }
     return templates.env.get_template("fleet/_heatmap.html").render(context)
 
 
 @router.get("/fleet")
 def fleet(request: Request, session: SessionDep, user: Staff, start: date | None = None, end: date | None = None,
-          pool: str | None = None, gpu: str | None = None) -> Response:
+          pool: str | None = None, gpu: str | None = None, cluster: str | None = None) -> Response:
     rc = resolve(start, end)
+    cluster = check_cluster(cluster)
+    names = get_settings().cluster_names()
+    several = len(names) > 1
     level = "gpu" if pool and gpu else "pool" if pool else "fleet"
     version = data_version(session=session, at=rc.now)
-    key = ("heatmap", rc.period.start, rc.period.end, rc.period.tz.key, level, pool, gpu, version)
-    heatmap_html = UNIT_CACHE.get(key, lambda: _heatmap(session, rc, level, pool, gpu))
+    key = ("heatmap", rc.period.start, rc.period.end, rc.period.tz.key, level, pool, gpu, cluster, version)
+    heatmap_html = UNIT_CACHE.get(key, lambda: _heatmap(session, rc, level, pool, gpu, cluster, several))
     doc = active_document(session=session)
     pools = []
     if doc is not None:
         for p in doc.pools:
+            if cluster is not None and p.cluster != cluster:
+                continue
             nodes = [{"name": n, "mig": doc.isolation.mig.get(n)} for n in p.nodes]
             pools.append({"pool": p, "nodes": nodes, "gpus": len(p.nodes) * p.gpus_per_node,
                           "mig_nodes": sum(1 for n in nodes if n["mig"])})
@@ -93,6 +106,9 @@ def fleet(request: Request, session: SessionDep, user: Staff, start: date | None
         "mig_rows": impact["mig"] if impact else [],
         "memory_rows": impact["memory"] if impact else [],
         "reserve": doc.isolation.inference if doc else None,
-        **range_context(request, rc, keep={"pool": pool or "", "gpu": gpu or ""}),
+        "cluster": cluster, "clusters": names if several else [],
+        "cluster_links": [{"name": c or "All", "href": _link(rc, cluster=c), "current": (c or None) == cluster}
+                          for c in ["", *names]] if several else [],
+        **range_context(request, rc, keep={"pool": pool or "", "gpu": gpu or "", "cluster": cluster or ""}),
     }
     return render(request, "fleet/index.html", context)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse, Response
@@ -16,7 +17,7 @@ from app.http.htmx import is_htmx
 from app.http.templating import render, templates
 from app.metrics.labels import ExporterIdentity
 from app.metrics.live import LiveCache, live_fleet
-from app.metrics.sources import get_live_source
+from app.metrics.sources import cluster_config, get_live_source
 from app.policy.service import active_document, highest_version_number
 from app.review.impact import capacity_impact
 
@@ -25,36 +26,42 @@ REFRESH_S = 15
 CACHE = LiveCache()
 
 
-def _live_html(fleet, doc, settings) -> str:
+def _live_html(fleet, doc, settings, poll: str) -> str:
     """The live block for one reading: ~1,100 table rows for 1,024 GPUs, rendered once and cached with the reading."""
     memory = capacity_impact(None, doc, measured_peaks=fleet.memory_by_tenant)["memory"] if fleet and doc else []
-    context = {"fleet": fleet, "error": None, "memory_rows": memory, "refresh_s": REFRESH_S, "policy": doc,
+    context = {"fleet": fleet, "error": None, "memory_rows": memory, "refresh_s": REFRESH_S, "policy": doc, "poll": poll,
                "as_of": datetime.fromtimestamp(fleet.at, settings.tz).strftime("%Y-%m-%d %H:%M:%S %Z") if fleet else ""}
     return templates.env.get_template("fleet/_live.html").render(context)
 
 
 @router.get("/fleet/live")
-def fleet_live(request: Request, session: SessionDep, user: Staff) -> Response:
+def fleet_live(request: Request, session: SessionDep, user: Staff, cluster: str | None = None) -> Response:
+    """One cluster's fleet now (`cluster`, default: the default or first cluster), against its own pools."""
     settings = get_settings()
-    doc = active_document(session=session)
+    config = cluster_config(settings, cluster)
+    names = settings.cluster_names()
+    poll = "/fleet/live" + (f"?cluster={quote(config.name)}" if len(names) > 1 else "")
+    active = active_document(session=session)
+    doc = active.for_cluster(config.name) if active is not None else None
     html = None
     if doc is not None:
-        source = get_live_source(settings)
+        source = get_live_source(settings, config.name)
         exporter = ExporterIdentity.from_settings(settings)
 
         def read() -> str:
-            return _live_html(live_fleet(source.read(policy=doc, at=time.time()), doc, exporter), doc, settings)
+            return _live_html(live_fleet(source.read(policy=doc, at=time.time()), doc, exporter), doc, settings, poll)
 
         try:
-            html = CACHE.get((source.key, highest_version_number(session=session)), read)
+            html = CACHE.get((config.name, source.key, highest_version_number(session=session)), read)
         except AppError as exc:  # Prometheus unreachable, partial or malformed: say so, never a 500
             html = templates.env.get_template("fleet/_live.html").render(
-                {"fleet": None, "error": exc.detail, "refresh_s": REFRESH_S, "policy": doc})
+                {"fleet": None, "error": exc.detail, "refresh_s": REFRESH_S, "policy": doc, "poll": poll})
     if html is None:
         html = templates.env.get_template("fleet/_live.html").render(
-            {"fleet": None, "error": None, "refresh_s": REFRESH_S, "policy": None})
+            {"fleet": None, "error": None, "refresh_s": REFRESH_S, "policy": None, "poll": poll})
     if is_htmx(request) and request.headers.get("HX-Target") == "live":
         return HTMLResponse(html)
     context = {"title": "Live fleet", "live_html": html,
-               "source": "Prometheus" if settings.prometheus_url else "the built-in simulator"}
+               "source": "the built-in simulator" if config.is_simulator else "Prometheus",
+               "clusters": names if len(names) > 1 else [], "cluster": config.name}
     return render(request, "fleet/live.html", context)

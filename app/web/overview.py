@@ -15,6 +15,7 @@ from app.core.settings import get_settings
 from app.core.timeutil import utcnow
 from app.http.templating import render
 from app.metrics import usage_read
+from app.metrics.cluster_hours import check_cluster
 from app.metrics.date_ranges import date_range
 from app.web import overview_panels
 from app.web.charts import class_colour
@@ -38,12 +39,15 @@ def _pivot(rows: list[usage_read.TenantClassHours]) -> tuple[list[str], list[str
 
 @router.get("/")
 def overview(
-    request: Request, session: SessionDep, user: CurrentUser, start: date | None = None, end: date | None = None
+    request: Request, session: SessionDep, user: CurrentUser, start: date | None = None, end: date | None = None,
+    cluster: str | None = None,
 ) -> Response:
     settings = get_settings()
     now = utcnow()
     period = date_range(start, end, today=now.astimezone(settings.tz).date(), tz=settings.tz)
-    rows = usage_read.gpu_hours_by_tenant_class(session=session, period=period, tenants=user.visible_tenants())
+    cluster = check_cluster(cluster)
+    rows = usage_read.gpu_hours_by_tenant_class(session=session, period=period, tenants=user.visible_tenants(),
+                                                cluster=cluster)
     tenants, classes, hours, totals = _pivot(rows)
     chart = {
         "labels": tenants,
@@ -61,10 +65,12 @@ def overview(
         "grand_total": sum(totals.values(), Decimal(0)),
         "class_totals": {k: sum((hours[t].get(k, Decimal(0)) for t in tenants), Decimal(0)) for k in classes},
         "chart_json": json.dumps(chart),
-        "coverage": usage_read.coverage(session=session, period=period, now=now),
+        "coverage": usage_read.coverage(session=session, period=period, now=now, cluster=cluster),
         "timezone": settings.billing_timezone,
+        "cluster": cluster,
+        "clusters": settings.cluster_names() if len(settings.cluster_names()) > 1 else [],
     }
     # Dashboard panels: cost vs last month, GPU-hours by class per day, dark time, live health and SLA partials.
     context.update(overview_panels.extras(session=session, user=user, period=period, now=now,
-                                          today=now.astimezone(settings.tz).date()))
+                                          today=now.astimezone(settings.tz).date(), cluster=cluster))
     return render(request, "overview.html", context)

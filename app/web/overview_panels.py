@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import date, datetime, timedelta
 from decimal import Decimal
+from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Request
@@ -19,6 +20,7 @@ from app.core.deps import SessionDep
 from app.http.templating import render
 from app.metrics import usage_read
 from app.metrics.breaches_read import services
+from app.metrics.cluster_hours import check_cluster
 from app.metrics.date_ranges import DateRange
 from app.metrics.ingestion_health import ingestion_health
 from app.policy.service import active_document, data_version
@@ -38,17 +40,19 @@ def range_label(window: DateRange) -> str:
     return f"{window.start.isoformat()} – {window.end.isoformat()}"
 
 
-def cost_comparison(*, session: Session, period: DateRange, now: datetime) -> dict:
+def cost_comparison(*, session: Session, period: DateRange, now: datetime, cluster: str | None = None) -> dict:
     """Fleet cost and utilisation of the chosen range and of as many days just before it, each with its coverage,
     and the change in cost per ingested hour (None when the earlier days are not whole: no comparison against a
     partial baseline)."""
     docs = DocumentCache(session)
     days = (period.end - period.start).days + 1
     before = DateRange(start=period.start - timedelta(days=days), end=period.start - timedelta(days=1), tz=period.tz)
-    this = range_cost(session=session, window=period, label=range_label(period), docs=docs)
-    last = range_cost(session=session, window=before, label=range_label(before), docs=docs)
-    this_cov = usage_read.hours_coverage(session=session, start=period.start_utc, end=period.end_utc, now=now)
-    last_cov = usage_read.hours_coverage(session=session, start=before.start_utc, end=before.end_utc, now=now)
+    this = range_cost(session=session, window=period, label=range_label(period), docs=docs, cluster=cluster)
+    last = range_cost(session=session, window=before, label=range_label(before), docs=docs, cluster=cluster)
+    this_cov = usage_read.hours_coverage(session=session, start=period.start_utc, end=period.end_utc, now=now,
+                                         cluster=cluster)
+    last_cov = usage_read.hours_coverage(session=session, start=before.start_utc, end=before.end_utc, now=now,
+                                         cluster=cluster)
     return {"this": this, "last": last, "this_coverage": this_cov, "last_coverage": last_cov, "days": days,
             "change": hourly_cost_change(this.cost, this_cov, last.cost, last_cov)}
 
@@ -100,32 +104,38 @@ CACHE_MAX = 64
 _CACHE: TtlCache[dict] = TtlCache(ttl_s=CACHE_TTL_S, max_entries=CACHE_MAX)
 
 
-def _cached_aggregates(*, session: Session, user: Principal, period: DateRange, now: datetime, today: date) -> dict:
+def _cached_aggregates(*, session: Session, user: Principal, period: DateRange, now: datetime, today: date,
+                       cluster: str | None) -> dict:
     tenants = user.visible_tenants()
-    key = (period.start, period.end, period.tz.key, today, tenants, data_version(session=session, at=now))
-    return _CACHE.get(key, lambda: _aggregates(session=session, user=user, period=period, now=now, today=today))
+    key = (period.start, period.end, period.tz.key, today, tenants, cluster, data_version(session=session, at=now))
+    return _CACHE.get(key, lambda: _aggregates(session=session, user=user, period=period, now=now, today=today,
+                                               cluster=cluster))
 
 
-def extras(*, session: Session, user: Principal, period: DateRange, now: datetime, today: date) -> dict:
-    """Context the overview template needs for the dashboard panels."""
-    context = dict(_cached_aggregates(session=session, user=user, period=period, now=now, today=today))
-    context.update(health_context(session=session, period=period, now=now))  # lag depends on the clock
+def extras(*, session: Session, user: Principal, period: DateRange, now: datetime, today: date,
+           cluster: str | None = None) -> dict:
+    """Context the overview template needs for the dashboard panels (of one cluster when given)."""
+    context = dict(_cached_aggregates(session=session, user=user, period=period, now=now, today=today, cluster=cluster))
+    context.update(health_context(session=session, period=period, now=now, cluster=cluster))  # lag depends on the clock
     context["now"] = now
     return context
 
 
-def _aggregates(*, session: Session, user: Principal, period: DateRange, now: datetime, today: date) -> dict:
+def _aggregates(*, session: Session, user: Principal, period: DateRange, now: datetime, today: date,
+                cluster: str | None) -> dict:
     tenants = user.visible_tenants()
     hourly = hourly_range(period)
-    usage = usage_read.daily_usage(session=session, period=period, tenants=tenants, hourly=hourly)
+    usage = usage_read.daily_usage(session=session, period=period, tenants=tenants, hourly=hourly, cluster=cluster)
+    in_cluster = f"&cluster={quote(cluster)}" if cluster else ""
     context = {
-        "daily_json": daily_chart(usage, usage_read.ingested_days(session=session, period=period, hourly=hourly)),
+        "daily_json": daily_chart(usage, usage_read.ingested_days(session=session, period=period, hourly=hourly,
+                                                                   cluster=cluster)),
         "daily_hourly": hourly,
         "daily_has_data": any(usage.by_class.values()),
-        "dark": usage_read.dark_share(session=session, period=period, tenants=tenants),
-        "cost": cost_comparison(session=session, period=period, now=now) if tenants is None else None,
+        "dark": usage_read.dark_share(session=session, period=period, tenants=tenants, cluster=cluster),
+        "cost": cost_comparison(session=session, period=period, now=now, cluster=cluster) if tenants is None else None,
         "range_presets_overview": [
-            {"label": label, "href": f"/?start={s.isoformat()}&end={e.isoformat()}",
+            {"label": label, "href": f"/?start={s.isoformat()}&end={e.isoformat()}{in_cluster}",
              "current": s == period.start and e == period.end}
             for label, s, e in presets(today)
         ],
@@ -134,10 +144,10 @@ def _aggregates(*, session: Session, user: Principal, period: DateRange, now: da
     return context
 
 
-def health_context(*, session: Session, period: DateRange, now: datetime) -> dict:
-    health = ingestion_health(session=session, now=now, start=period.start_utc, end=period.end_utc)
+def health_context(*, session: Session, period: DateRange, now: datetime, cluster: str | None = None) -> dict:
+    health = ingestion_health(session=session, now=now, start=period.start_utc, end=period.end_utc, cluster=cluster)
     return {"health": health, "now": now, "tz": period.tz,
-            "health_period": period}
+            "health_period": period, "health_cluster": cluster}
 
 
 def sla_context(*, session: Session, user: Principal, today: date, tz: ZoneInfo, now: datetime) -> dict:
@@ -148,11 +158,12 @@ def sla_context(*, session: Session, user: Principal, today: date, tz: ZoneInfo,
 
 @router.get("/overview/health")
 def health_panel(request: Request, session: SessionDep, user: CurrentUser, start: date | None = None,
-                 end: date | None = None) -> Response:
+                 end: date | None = None, cluster: str | None = None) -> Response:
     """The ingestion-health panel alone (polled by the overview every 60 s)."""
     rc = resolve(start, end)
     return render(request, "_partials/overview_health.html",
-                  health_context(session=session, period=rc.period, now=rc.now), block=None)
+                  health_context(session=session, period=rc.period, now=rc.now, cluster=check_cluster(cluster)),
+                  block=None)
 
 
 @router.get("/overview/sla")

@@ -15,6 +15,7 @@ from decimal import Decimal
 from sqlmodel import Session
 
 from app.core.errors import FieldError
+from app.core.settings import get_settings
 from app.core.timeutil import floor_hour, utcnow
 from app.metrics.tenant_usage_read import PoolUse, pool_use
 from app.policy import gpus
@@ -224,8 +225,13 @@ def _pools(form: _Form, doc: PolicyDocument) -> list[Table | Group]:
                ("gpu_model", "GPU model", _select(["", *doc.pricing.gpu_models])),
                ("reserved_fraction", "Reserved fraction", _number("0.01")),
                ("time_sliced_nodes", "Time-sliced nodes", {"kind": "list"})]
-    return [_keyed_table(form, "Pools", "pools", doc.pools, lambda p: p.name, columns,
-                         hint="Nodes: comma-separated. An empty GPU model means the only priced model.")]
+    # The cluster column only where there is a choice (several clusters, or a document that already names one).
+    clusters = list(dict.fromkeys([*get_settings().cluster_names(), *doc.clusters()]))
+    hint = "Nodes: comma-separated. An empty GPU model means the only priced model."
+    if len(clusters) > 1:
+        columns.insert(1, ("cluster", "Cluster", _select(clusters)))
+        hint += " A node name means that cluster's node: the same name in two clusters is two nodes."
+    return [_keyed_table(form, "Pools", "pools", doc.pools, lambda p: p.name, columns, hint=hint)]
 
 
 def _sla(form: _Form, doc: PolicyDocument) -> list[Table | Group]:

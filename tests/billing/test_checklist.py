@@ -115,7 +115,7 @@ def test_close_state_reads_gaps_stale_rating_corrections_and_unattributed_breach
     add_hour(session, hour=OCT1 + timedelta(hours=6), version=v.id, breaches=())
     session.flush()
     # 1 µs after the rating: the re-rating below must come after it however fast the test runs
-    session.get(IngestHour, OCT1 + timedelta(hours=6)).ingested_at = rated.rated_at + timedelta(microseconds=1)
+    session.get(IngestHour, ("default", OCT1 + timedelta(hours=6))).ingested_at = rated.rated_at + timedelta(microseconds=1)
     session.flush()
     stale = close_state(session=session, period=p, now=NOW)
     assert stale.coverage.ok == 742 and item(stale, "rating").status == ItemStatus.ATTENTION

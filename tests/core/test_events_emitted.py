@@ -128,4 +128,5 @@ def test_a_gap_emits_one_event_per_hour_and_attempt(session):
     ingest_hour_list(session=session, source=DownSource(), hours=hours, now=now + timedelta(minutes=1))
     after = events(session, "ingestion.gap")
     assert [(e.data["hour"], e.data["attempts"]) for e in after[2:]] == [("2026-10-01T00:00:00Z", 2)]
-    assert session.get(IngestHour, OCT1).attempts == 2 and session.get(IngestHour, OCT1 + timedelta(hours=1)).attempts == 0
+    assert session.get(IngestHour, ("default", OCT1)).attempts == 2
+    assert session.get(IngestHour, ("default", OCT1 + timedelta(hours=1))).attempts == 0

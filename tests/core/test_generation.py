@@ -26,7 +26,7 @@ def test_each_transaction_writing_watched_rows_moves_the_generation_once(fresh_e
     with unit_of_work(fresh_engine) as session:  # the unit of work, flushed twice
         session.add(IngestHour(hour=HOUR, status=IngestStatus.GAP))
         session.flush()
-        session.get(IngestHour, HOUR).attempts = 3
+        session.get(IngestHour, ("default", HOUR)).attempts = 3
         session.flush()
     assert committed(fresh_engine) == start + 1
     with unit_of_work(fresh_engine) as session:  # a bulk statement, never flushed through the unit of work

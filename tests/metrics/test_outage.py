@@ -97,4 +97,4 @@ def test_an_hour_before_any_policy_is_a_gap_not_zero_use(session, prometheus):
     source = PrometheusSource(prometheus.url, scrape_interval_s=30)
     report = ingest_hours(session=session, source=source, start=from_epoch(H), end=from_epoch(H) + HOUR, scrape_interval_s=30)
     assert report.gaps == [from_epoch(H)] and rows_for(session, H) == [0, 0, 0]
-    assert "no policy" in session.get(IngestHour, from_epoch(H)).last_error
+    assert "no policy" in session.get(IngestHour, ("default", from_epoch(H))).last_error

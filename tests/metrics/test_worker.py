@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -17,18 +15,11 @@ from app.metrics.models import IngestHour, UsageRollup
 from app.metrics.prometheus_source import PrometheusSource
 from app.metrics.worker import pending_hours, run_worker
 from tests.support import scenario
-from tests.support.ingest import add_policy
+from tests.support.ingest import SlowSource, add_policy
+from tests.support.threads import at_once
 
 H = scenario.H
 SETTINGS = Settings(scrape_interval_s=30, ingest_delay_s=120)
-
-
-class SlowSource(PrometheusSource):
-    """A real PrometheusSource that takes a while per fetch, so that two workers overlap."""
-
-    def fetch(self, **kwargs):
-        time.sleep(0.3)
-        return super().fetch(**kwargs)
 
 
 def committed_policy(engine):
@@ -50,22 +41,10 @@ def test_pending_hours_are_finished_untried_or_due_gaps(session, policy_id):
 def test_two_workers_at_once_ingest_each_hour_exactly_once(fresh_engine, scenario_prometheus):
     committed_policy(fresh_engine)
     now = from_epoch(H + 3 * 3600 + 300)
-    results, errors = [], []
-
-    def worker():
-        try:
-            results.append(run_worker(engine=fresh_engine, settings=SETTINGS, once=True, backfill_start=from_epoch(H),
-                                      batch_hours=1, now=lambda: now,
-                                      source=SlowSource(scenario_prometheus.url, scrape_interval_s=30)))
-        except Exception as exc:  # surfaced below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert errors == []
+    results = []
+    assert at_once(lambda: results.append(run_worker(
+        engine=fresh_engine, settings=SETTINGS, once=True, backfill_start=from_epoch(H), batch_hours=1, now=lambda: now,
+        source=SlowSource(scenario_prometheus.url, scrape_interval_s=30)))) == []
     a, b = results
     hours = [from_epoch(H + k * 3600) for k in range(3)]
     assert sorted(a.ingested + b.ingested) == hours  # each hour once, by one of them

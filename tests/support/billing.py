@@ -15,6 +15,7 @@ from pathlib import Path
 from sqlalchemy import insert
 from sqlmodel import Session
 
+from app.core.clusters import DEFAULT_CLUSTER
 from app.core.timeutil import hours_between
 from app.metrics.models import (
     BreachMinuteRollup,
@@ -93,26 +94,29 @@ def add_hour(
     model: str = A100,
     pool: str = POOL,
     status: str = "ok",
+    cluster: str = DEFAULT_CLUSTER,
 ) -> None:
-    """One ingested hour: IngestHour, pool_hour, pool_hour_model, usage rows and breach minutes.
+    """One ingested hour of one cluster: IngestHour, pool_hour, pool_hour_model, usage rows and breach minutes.
 
     `breaches`: (service, service tenant, minutes, ((co-located tenant, GPU-seconds), ...)).
     """
-    session.merge(IngestHour(hour=hour, status=status, policy_version_id=version, attempts=1, ingested_at=hour))
+    session.merge(IngestHour(cluster=cluster, hour=hour, status=status, policy_version_id=version, attempts=1,
+                             ingested_at=hour))
     if status != "ok":
         session.flush()
         return
-    session.add(PoolHourRollup(hour=hour, pool=pool, gpus=gpus, capacity_gpu_seconds=Decimal(gpus * 3600),
+    session.add(PoolHourRollup(hour=hour, cluster=cluster, pool=pool, gpus=gpus, capacity_gpu_seconds=Decimal(gpus * 3600),
                                dark_minutes=25, policy_version_id=version))
-    session.add(PoolHourModel(hour=hour, pool=pool, model=model, gpus=gpus, measured_gpus=0, measured_kwh=Decimal(0)))
+    session.add(PoolHourModel(hour=hour, cluster=cluster, pool=pool, model=model, gpus=gpus, measured_gpus=0,
+                              measured_kwh=Decimal(0)))
     for tenant, klass, dark, seconds in usage:
-        session.add(UsageRollup(hour=hour, pool=pool, tenant=tenant, klass=klass, dark=dark,
+        session.add(UsageRollup(hour=hour, cluster=cluster, pool=pool, tenant=tenant, klass=klass, dark=dark,
                                 gpu_seconds=Decimal(seconds), activity_sum=0.5 * seconds / 30,
                                 activity_samples=int(seconds // 30), policy_version_id=version))
     session.flush()
     for service, service_tenant, minutes, colocated in breaches:
         for m in range(minutes):
-            b = BreachMinuteRollup(hour=hour, service=service, service_tenant=service_tenant, pool=pool,
+            b = BreachMinuteRollup(hour=hour, cluster=cluster, service=service, service_tenant=service_tenant, pool=pool,
                                    minute_end=hour + timedelta(minutes=m + 1), p99_ms=Decimal("412.5"))
             session.add(b)
             session.flush()

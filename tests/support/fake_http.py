@@ -38,26 +38,46 @@ class FakeUpstream:
                         pass  # the client gave up: that is the point
                     return
                 status, kind, body = upstream.answer
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                reply(self, status, body, kind)
 
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.served = Served(Handler)
+        self.server, self.url = self.served.server, self.served.url
 
     def __enter__(self) -> FakeUpstream:
-        self._thread.start()
+        self.served.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
+        self.served.__exit__(*exc)
+
+
+def reply(handler: BaseHTTPRequestHandler, status: int, body: bytes, kind: str = "application/json") -> None:
+    """Send one whole answer from a handler."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", kind)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+class Served:
+    """A handler class served by a ThreadingHTTPServer on a free port, from a thread, while in the `with` block."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]):
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Served:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
         self._thread.join(timeout=5)

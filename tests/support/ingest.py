@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 from sqlmodel import Session, select
 
+from app.core.clusters import DEFAULT_CLUSTER
 from app.core.timeutil import from_epoch
 from app.metrics.models import BreachMinuteRollup, BreachShare, IngestHour, PoolHourModel, PoolHourRollup, UsageRollup
+from app.metrics.prometheus_source import PrometheusSource
 from app.policy.service import import_version
 from tests.support import scenario
 from tests.support.policies import mixed_policy
@@ -52,4 +55,13 @@ def snapshot(session: Session, hour_epoch: int) -> dict:
 
 def status(session: Session, hour_epoch: int) -> IngestHour | None:
     session.expire_all()
-    return session.get(IngestHour, from_epoch(hour_epoch))
+    return session.get(IngestHour, (DEFAULT_CLUSTER, from_epoch(hour_epoch)))
+
+
+class SlowSource(PrometheusSource):
+    """A real PrometheusSource that takes a while per fetch, so that workers run at once overlap."""
+
+    def fetch(self, **kwargs):
+        time.sleep(0.3)
+        return super().fetch(**kwargs)
+

@@ -9,6 +9,7 @@ from decimal import Decimal
 
 from sqlmodel import Session
 
+from app.core.clusters import DEFAULT_CLUSTER
 from app.core.timeutil import floor_hour, utcnow
 from app.metrics.models import IngestHour, PoolHourRollup, UsageRollup
 from app.policy.models import PolicyVersion
@@ -39,9 +40,10 @@ def pool_hour(session: Session, version: PolicyVersion, *, hour: datetime, pool:
     return row
 
 
-def ingest_hour(session: Session, hour: datetime, status: str = "ok", duration_s: float = 0.5) -> IngestHour:
-    row = IngestHour(hour=hour, status=status, attempts=1, ingested_at=hour + timedelta(hours=1, minutes=2),
-                     duration_s=duration_s)
+def ingest_hour(session: Session, hour: datetime, status: str = "ok", duration_s: float = 0.5,
+                cluster: str = DEFAULT_CLUSTER) -> IngestHour:
+    row = IngestHour(cluster=cluster, hour=hour, status=status, attempts=1,
+                     ingested_at=hour + timedelta(hours=1, minutes=2), duration_s=duration_s)
     session.add(row)
     return row
 

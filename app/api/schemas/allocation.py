@@ -9,7 +9,7 @@ from pydantic import Field
 
 from app.api.schemas import DecimalText, Out
 
-Aggregate = Literal["tenant", "department", "pool", "class", "namespace"]
+Aggregate = Literal["tenant", "department", "pool", "cluster", "class", "namespace"]
 
 
 class AllocationRow(Out):
@@ -17,7 +17,8 @@ class AllocationRow(Out):
         description="allocated: a group of tenants' use; unallocated: use no tenant claims (by namespace: one row per "
                     "namespace); idle: a pool's capacity nobody used; adjustment: the rest of the platform balance "
                     "(dark-time discount, reserved but unused, rounding); total: the sum of the rows")
-    name: str = Field(description="the group (tenant, department, pool, class or namespace); the pool of an idle row")
+    name: str = Field(description="the group (tenant, department, pool, cluster, class or namespace); the pool of an "
+                                  "idle row")
     tenant: str | None = Field(description="by namespace: the namespace's tenant; otherwise null")
     busy_gpu_hours: DecimalText
     dark_gpu_hours: DecimalText
@@ -40,6 +41,7 @@ class Allocation(Out):
     end: date
     aggregate: Aggregate
     tenant: str | None = Field(description="the tenant filter, if one was given")
+    cluster: str | None = Field(description="the cluster filter, if one was given: that cluster's pools only")
     currency: str
     estimated: bool = Field(description="true when any month of the window is an estimate")
     months: list[AllocationMonth]

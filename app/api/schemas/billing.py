@@ -84,6 +84,7 @@ class ChargeLine(Out):
 
 class TenantGpuHours(Out):
     pool: str
+    cluster: str = Field(description="The pool's cluster (as the latest policy version of the period says)")
     klass: str = Field(alias="class")
     busy: DecimalText
     dark: DecimalText
@@ -111,6 +112,7 @@ class InvoiceLine(ChargeLine):
     discount: DecimalText | None = Field(description="Dark-time lines: undiscounted_amount - amount")
     drilldown: bool = Field(description="A per-day breakdown exists (rated GPU-hour lines)")
     evidence: bool = Field(description="SLA penalty lines: the breach minutes behind it can be read")
+    cluster: str = Field(description="The cluster of the line's pool, as its policy version says")
 
 
 class InvoiceGroup(Out):
@@ -152,6 +154,8 @@ class Invoice(Out):
     currency: str
     billing_dates: BillingDates
     coverage: Coverage
+    clusters: list[str] = Field(description="The clusters of the invoice's pools: one invoice spans every cluster")
+    several_clusters: bool = Field(description="The period has lines outside the single default cluster")
     lines: list[InvoiceLine]
     groups: list[InvoiceGroup] = Field(description="Groups in invoice order: reserved fee, inference overage, "
                                                    "usage busy, usage dark, SLA penalties and credits, corrections")
@@ -175,6 +179,7 @@ class PoolBalance(Out):
     """C of one pool against what was charged: conserved when charges + balance = cost to the cent."""
 
     pool: str
+    cluster: str
     charges: DecimalText
     transfers: DecimalText
     platform_idle: DecimalText
@@ -245,6 +250,7 @@ class Statement(Out):
     balance_total: DecimalText
     unallocated: Unallocated
     pools: list[PoolBalance]
+    several_clusters: bool
     cost_total: DecimalText
     conserved: bool
     hours_expected: int

@@ -82,3 +82,34 @@ def seed_policy(sim) -> PolicyDocument:
         },
     }
     return PolicyDocument.model_validate(data)
+
+
+def clusters_policy(sims: dict) -> PolicyDocument:
+    """One document for several simulated clusters (cluster name -> Simulator), for demos and tests of clusters.
+
+    Tenants are shared (a namespace is the same tenant's in every cluster); with more than one cluster each
+    pool is named `<cluster>-<pool>` and each SLA service `<service>-<cluster>` (pool and service names are
+    unique across clusters), while node names stay as each simulator has them: the same names in two
+    clusters are two sets of nodes.
+    """
+    parts = []
+    several = len(sims) > 1
+    for cluster, sim in sims.items():
+        data = sim.policy().to_data()
+        for pool in data["pools"]:
+            pool["name"] = f"{cluster}-{pool['name']}" if several else pool["name"]
+            pool["cluster"] = cluster
+        if several:
+            for sla in data["sla"]:
+                sla["service"], sla["pool"] = f"{sla['service']}-{cluster}", f"{cluster}-{sla['pool']}"
+            for quota in data["quotas"]:
+                quota["pool"] = f"{cluster}-{quota['pool']}"
+            data["isolation"]["node_taints"] = {f"{cluster}-{p}": t for p, t in data["isolation"]["node_taints"].items()}
+        parts.append(data)
+    merged = parts[0]
+    for data in parts[1:]:
+        for key in ("pools", "sla", "quotas"):
+            merged[key] += data[key]
+        merged["isolation"]["node_taints"].update(data["isolation"]["node_taints"])
+        merged["isolation"]["mig"].update(data["isolation"]["mig"])  # the same layout on the same node names
+    return PolicyDocument.model_validate(merged)
