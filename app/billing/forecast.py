@@ -8,15 +8,20 @@ and idles at weekends is forecast to do so for the rest of the month.
 
 The typical cost of an hour is a blend of two estimates, so that few observations do not make noise:
 - the mean of the same (weekday, hour) slot, e.g. the last four Tuesdays at 14:00;
-- the hour-of-day mean over every day (many more observations) times the weekday's level (that
-  weekday's mean cost over the overall mean, shrunk towards 1 while few such days were seen).
+- the hour-of-day mean over every day (many more observations) plus the weekday's effect (that
+  weekday's mean hourly cost minus the overall mean, shrunk towards 0 while few such days were seen).
 The slot mean weighs n / (n + SLOT_PRIOR) for n observations of the slot. With short history the
-estimates fall back in turn: no observation of the slot -> hour-of-day x weekday level; no
-observation of the hour of day -> the overall hourly mean x weekday level; no history at all ->
+estimates fall back in turn: no observation of the slot -> hour-of-day + weekday effect; no
+observation of the hour of day -> the overall hourly mean + weekday effect; no history at all ->
 nothing expected (the forecast is the month-to-date cost, and says so with `method="none"`).
 
-Every input hour's cost is an exact Decimal (the same rating as invoices, per hour). The forecast is
-linear in the costs: a department's forecast is the sum of its tenants' (tested as a property).
+The weekday's effect is added, not multiplied: a day's expected total is the same either way (24 x the
+hourly mean, moved towards that weekday's), and adding keeps the forecast linear in the costs, so a
+department's forecast is exactly the sum of its tenants' (tested as a property). The price is that one
+hour of a cheap weekday can be expected slightly below zero where the tenant uses nothing anyway;
+its day, and so the month, cannot.
+
+Every input hour's cost is an exact Decimal (the same rating as invoices, per hour).
 """
 
 from __future__ import annotations
@@ -106,7 +111,7 @@ def forecast_month(*, costs: Mapping[int, Decimal], observed: frozenset[int] | s
 
 
 class _Profile:
-    """Means of the observed hours by (weekday, hour), by hour of day and by weekday."""
+    """Means of the observed hours by (weekday, hour), by hour of day and by weekday (all linear in the costs)."""
 
     def __init__(self, hours: list[int], costs: Mapping[int, Decimal], tz: ZoneInfo):
         self.tz = tz
@@ -131,24 +136,19 @@ class _Profile:
         self.mean = total / self.n if self.n else ZERO
         self.slot = {k: (slot_sum[k] / n, n) for k, n in slot_n.items()}
         self.hod = {k: hod_sum[k] / n for k, n in hod_n.items()}
-        # A weekday's level: its hourly mean over the overall hourly mean, shrunk towards 1 by WEEKDAY_PRIOR days.
-        self.level: dict[int, Decimal] = {}
+        # A weekday's effect: its hourly mean minus the overall one, shrunk towards 0 by WEEKDAY_PRIOR days.
+        self.effect: dict[int, Decimal] = {}
         for weekday, n in day_n.items():
-            if not self.mean:
-                self.level[weekday] = ONE
-                continue
             days = Decimal(n) / 24
-            ratio = day_sum[weekday] / n / self.mean
-            self.level[weekday] = (days * ratio + WEEKDAY_PRIOR) / (days + WEEKDAY_PRIOR)
+            self.effect[weekday] = days / (days + WEEKDAY_PRIOR) * (day_sum[weekday] / n - self.mean)
 
     def expect(self, hour: int) -> tuple[Decimal, int]:
         """(expected cost of `hour`, fallback level: 0 weekday-hour, 1 hour-of-day, 2 flat, 3 nothing known)."""
         if not self.n:
             return ZERO, 3
         weekday, hod = _slot(hour, self.tz)
-        level = self.level.get(weekday, ONE)
         base = self.hod.get(hod)
-        pattern = (self.mean if base is None else base) * level
+        pattern = (self.mean if base is None else base) + self.effect.get(weekday, ZERO)
         slot = self.slot.get((weekday, hod))
         if slot is None:
             return pattern, 2 if base is None else 1
