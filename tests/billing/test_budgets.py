@@ -14,7 +14,8 @@ from decimal import Decimal as D
 import pytest
 from sqlmodel import select
 
-from app.billing import budgets
+from app.billing import allocation as explorer
+from app.billing import budgets, month_forecast
 from app.billing.allocation import allocation, window_of
 from app.billing.budget_models import Budget
 from app.billing.forecast import Forecast
@@ -28,6 +29,16 @@ from tests.support.routes import VIEWER, VISION_MEMBER
 
 NOW = datetime(2026, 10, 20, tzinfo=UTC)
 PER_HOUR = {"search": D("0.78"), "vision": D("1.30"), "etl": D("0.13")}
+
+
+@pytest.fixture(autouse=True)
+def fresh_answers():
+    """Answers are cached per data generation, which a rolled-back test shares with the next one: start afresh."""
+    month_forecast._ANSWERS.clear()
+    explorer._ANSWERS.clear()
+    explorer._ESTIMATES.clear()
+    yield
+    month_forecast._ANSWERS.clear()
 
 
 def steady(session, months=("2026-09", "2026-10")) -> None:
