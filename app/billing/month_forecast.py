@@ -26,6 +26,7 @@ from app.billing.loader import DocumentCache, load_hours
 from app.billing.period import parse_period
 from app.billing.pricing import MissingPrice, cents
 from app.billing.rating import RatingInputError, rate_period
+from app.core.errors import AppError
 from app.core.settings import get_settings
 from app.core.timeutil import SECONDS_PER_HOUR, aware, epoch, floor_hour
 from app.metrics.date_ranges import DateRange
@@ -148,14 +149,17 @@ def _month_forecasts(*, session: Session, month: str, as_of: datetime) -> MonthF
     try:
         currency, tenant_mtd = _month_to_date(session, window, "tenant")
         _, department_mtd = _month_to_date(session, window, "department")
-    except MissingPrice as exc:
+        departments = departments_at(session, period.end)
+        costs = hourly_costs(session=session, start=min(period.start, until - timedelta(days=HISTORY_DAYS)), end=until)
+    except AppError as exc:  # a GPU model without a price, two currencies in a month: rating refuses, so do we
         answer.error = exc.detail
         return answer
-    history_start = min(period.start, until - timedelta(days=HISTORY_DAYS))
-    costs = hourly_costs(session=session, start=history_start, end=until)
+    except ValueError as exc:  # a stored policy document that no longer parses: pages must still render
+        answer.error = f"the policy in effect cannot be read ({type(exc).__name__})"
+        return answer
     answer.costs = costs
     answer.currency = currency or _currency_of(session, until)
-    answer.department_of = {t: d for t, d in departments_at(session, period.end).items() if t not in NOT_TENANTS}
+    answer.department_of = {t: d for t, d in departments.items() if t not in NOT_TENANTS}
     quantum = cents(answer.currency)
     common = dict(observed=costs.observed, month_start=epoch(period.start), month_end=epoch(period.end),
                   as_of=epoch(until), tz=tz, quantum=quantum)
