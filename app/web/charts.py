@@ -83,5 +83,5 @@ def budget_chart(points, *, klass: str, budget: Decimal | None, thresholds: list
         for t in thresholds:
             if t != 100:
                 datasets.append({"label": f"{t} % of budget", "data": [budget * t / 100] * len(points),
-                                 "color": THRESHOLD_COLOUR, "borderDash": [2, 3], "pointRadius": 0, "borderWidth": 1})
+                                 "color": THRESHOLD_COLOUR, "borderDash": [4, 4], "pointRadius": 0, "borderWidth": 1.5})
     return chart_json({"labels": labels, "datasets": datasets})
