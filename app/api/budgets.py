@@ -66,15 +66,13 @@ def get_tenant_budget(tenant: TenantPath, session: SessionDep, user: CurrentUser
 @router.put("/budgets/tenants/{tenant}")
 def put_tenant_budget(tenant: TenantPath, body: BudgetIn, session: SessionDep, user: Finance) -> BudgetStatus:
     """Set a tenant's monthly budget (finance, admin); 422 names `body.amount` or `body.thresholds.N`."""
-    _put(session, TENANT, tenant, body, user)
-    return status_out(budgets.status_of(session=session, scope=TENANT, name=tenant), user)
+    return _put(session, TENANT, tenant, body, user)
 
 
 @router.delete("/budgets/tenants/{tenant}", status_code=204)
 def delete_tenant_budget(tenant: TenantPath, session: SessionDep, user: Finance) -> Response:
     """Remove a tenant's budget (its events already raised stay)."""
-    budgets.delete_budget(session=session, scope=TENANT, name=tenant, actor=user.name)
-    return Response(status_code=204)
+    return _delete(session, TENANT, tenant, user)
 
 
 @router.get("/budgets/departments/{department}")
@@ -86,16 +84,22 @@ def get_department_budget(department: DepartmentPath, session: SessionDep, user:
 @router.put("/budgets/departments/{department}")
 def put_department_budget(department: DepartmentPath, body: BudgetIn, session: SessionDep, user: Finance) -> BudgetStatus:
     """Set a department's monthly budget (finance, admin); its alerts are mailed to finance."""
-    _put(session, DEPARTMENT, department, body, user)
-    return status_out(budgets.status_of(session=session, scope=DEPARTMENT, name=department), user)
+    return _put(session, DEPARTMENT, department, body, user)
 
 
 @router.delete("/budgets/departments/{department}", status_code=204)
 def delete_department_budget(department: DepartmentPath, session: SessionDep, user: Finance) -> Response:
-    budgets.delete_budget(session=session, scope=DEPARTMENT, name=department, actor=user.name)
-    return Response(status_code=204)
+    """Remove a department's budget (its events already raised stay)."""
+    return _delete(session, DEPARTMENT, department, user)
 
 
-def _put(session, scope: str, name: str, body: BudgetIn, user: Principal) -> None:
+def _put(session, scope: str, name: str, body: BudgetIn, user: Principal) -> BudgetStatus:
+    """Set the budget (field errors named as pydantic names them: body.thresholds.1), then read where it stands."""
     budgets.set_budget(session=session, scope=scope, name=name, amount=body.amount, thresholds=body.thresholds,
                        actor=user.name, paths=("body.amount", "body.thresholds"), index=lambda path, i: f"{path}.{i}")
+    return status_out(budgets.status_of(session=session, scope=scope, name=name), user)
+
+
+def _delete(session, scope: str, name: str, user: Principal) -> Response:
+    budgets.delete_budget(session=session, scope=scope, name=name, actor=user.name)
+    return Response(status_code=204)

@@ -11,35 +11,15 @@ from decimal import Decimal as D
 
 import pytest
 
-from app.billing import allocation, month_forecast
 from app.core.timeutil import floor_hour, utcnow
-from tests.support.billing import fill_month, month_hours, store_policy
+from tests.support.billing import store_policy
+from tests.support.budgets import PER_HOUR, forget_answers, seed_to_now
 from tests.support.routes import VIEWER, VISION_MEMBER, problem
-
-PER_HOUR = {"search": D("0.78"), "vision": D("1.30"), "etl": D("0.13")}
 
 
 @pytest.fixture(autouse=True)
 def fresh_answers():
-    """Answers are cached per data generation, which a rolled-back test shares with the next one: start afresh."""
-    month_forecast._ANSWERS.clear()
-    allocation._ANSWERS.clear()
-    allocation._ESTIMATES.clear()
-    yield
-    month_forecast._ANSWERS.clear()
-
-
-def seed_to_now(session) -> tuple[str, int, int]:
-    """The SPEC example hour in every hour of last month and of this month before now; (month, known, month hours)."""
-    now = floor_hour(utcnow())
-    this = f"{now:%Y-%m}"
-    last = f"{(now.replace(day=1) - timedelta(days=1)):%Y-%m}"
-    version = store_policy(session, effective_from=now.replace(day=1) - timedelta(days=40))
-    fill_month(session, last, version.id)
-    hours = month_hours(this)
-    known = sum(1 for h in hours if h < now)
-    fill_month(session, this, version.id, skip={i for i, h in enumerate(hours) if h >= now})
-    return this, known, len(hours)
+    forget_answers()
 
 
 def test_finance_sets_a_budget_and_reads_where_it_stands(session, session_api):

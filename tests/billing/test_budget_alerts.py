@@ -23,16 +23,14 @@ from app.core.db import unit_of_work
 from app.core.events import Event
 from app.metrics.worker import run_tasks
 from app.notify.mail_models import MailSend
-from tests.support.billing import fill_month, store_policy
+from tests.support.budgets import steady as every_hour_alike
 
 NOW = datetime(2026, 10, 20, tzinfo=UTC)
 
 
 def steady(engine, months=("2026-09", "2026-10")) -> None:
     with unit_of_work(engine) as session:
-        version = store_policy(session, effective_from=datetime(2026, 8, 1, tzinfo=UTC))
-        for month in months:
-            fill_month(session, month, version.id)
+        every_hour_alike(session, months)
 
 
 def set_budget(engine, scope: str, name: str, amount: str, thresholds=None) -> None:

@@ -14,8 +14,7 @@ from decimal import Decimal as D
 import pytest
 from sqlmodel import select
 
-from app.billing import allocation as explorer
-from app.billing import budgets, month_forecast
+from app.billing import budgets
 from app.billing.allocation import allocation, window_of
 from app.billing.budget_models import Budget
 from app.billing.forecast import Forecast
@@ -25,26 +24,15 @@ from app.core.errors import Invalid, NotFound
 from app.core.settings import get_settings
 from app.policy.document import PolicyDocument
 from tests.support.billing import fill_month, policy_doc, store_policy
+from tests.support.budgets import PER_HOUR, forget_answers, steady
 from tests.support.routes import VIEWER, VISION_MEMBER
 
 NOW = datetime(2026, 10, 20, tzinfo=UTC)
-PER_HOUR = {"search": D("0.78"), "vision": D("1.30"), "etl": D("0.13")}
 
 
 @pytest.fixture(autouse=True)
 def fresh_answers():
-    """Answers are cached per data generation, which a rolled-back test shares with the next one: start afresh."""
-    month_forecast._ANSWERS.clear()
-    explorer._ANSWERS.clear()
-    explorer._ESTIMATES.clear()
-    yield
-    month_forecast._ANSWERS.clear()
-
-
-def steady(session, months=("2026-09", "2026-10")) -> None:
-    version = store_policy(session, effective_from=datetime(2026, 8, 1, tzinfo=UTC))
-    for month in months:
-        fill_month(session, month, version.id)
+    forget_answers()
 
 
 def test_month_to_date_is_the_allocation_figure_and_a_steady_month_is_forecast_exactly(session):

@@ -8,10 +8,10 @@ from decimal import Decimal as D
 
 import pytest
 
-from app.billing import allocation, budgets, month_forecast
+from app.billing import budgets
 from app.web.charts import CLASS_COLOURS, THRESHOLD_COLOUR
-from tests.api.test_budgets import seed_to_now
 from tests.support.billing import store_policy
+from tests.support.budgets import forget_answers, seed_to_now
 from tests.support.routes import make_user, sign_in
 
 pytestmark = pytest.mark.anyio
@@ -19,12 +19,8 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture(autouse=True)
 def fresh_answers():
-    """Answers are cached per data generation, which a rolled-back test shares with the next one: start afresh."""
-    month_forecast._ANSWERS.clear()
-    allocation._ANSWERS.clear()
-    allocation._ESTIMATES.clear()
-    yield
-    month_forecast._ANSWERS.clear()
+    forget_answers()
+
 
 
 def chart(html: str, script_id: str) -> dict:
