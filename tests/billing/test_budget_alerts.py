@@ -118,6 +118,7 @@ def test_the_worker_round_raises_the_event_and_plans_its_mail(fresh_engine):
 RACER = """
 import sys, time
 from datetime import datetime
+from pathlib import Path
 from app.billing.budget_alerts import budget_task
 from app.core.db import make_engine
 url, now, ready, go = sys.argv[1:5]
@@ -144,7 +145,8 @@ def test_two_worker_processes_racing_raise_each_event_once(fresh_engine, tmp_pat
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     deadline = time.monotonic() + 120
     while not all((tmp_path / f"ready{i}").exists() for i in range(2)):
-        assert time.monotonic() < deadline and all(w.poll() is None for w in workers), "workers did not start"
+        if any(w.poll() is not None for w in workers) or time.monotonic() > deadline:
+            raise AssertionError(f"workers did not start: {[w.communicate(timeout=60) for w in workers]}")
         time.sleep(0.01)
     go.touch()
     outputs = [w.communicate(timeout=300) for w in workers]
