@@ -26,9 +26,10 @@ from app.billing.loader import DocumentCache, load_hours
 from app.billing.period import parse_period
 from app.billing.pricing import MissingPrice, cents
 from app.billing.rating import RatingInputError, rate_period
+from app.core import generation
 from app.core.errors import AppError
 from app.core.settings import get_settings
-from app.core.timeutil import SECONDS_PER_HOUR, aware, epoch, floor_hour
+from app.core.timeutil import SECONDS_PER_HOUR, aware, epoch, floor_hour, from_epoch
 from app.metrics.date_ranges import DateRange
 from app.metrics.models import IngestHour, IngestStatus
 from app.metrics.usage_read import departments_at
@@ -47,27 +48,74 @@ class HourlyCosts:
     by_tenant: dict[str, dict[int, Decimal]]
 
 
+# Each hour's costs are kept per process, keyed by (database, hour) and valid while the hour's ingest row says the
+# same (ingested_at, attempts): only ingestion writes rollups, and it moves both whenever it replaces an hour. So an
+# answer after a new hour was ingested rates that hour, not four weeks again. A session holding uncommitted writes
+# neither reads nor fills it. Bounded: when full, it starts afresh.
+HOURS_MAX = 24 * 62 * 4
+_HOURS: dict[tuple[str, int], tuple[tuple, dict[str, Decimal] | None]] = {}
+
+
+def _rate_hour(pools: list) -> dict[str, Decimal] | None:
+    """Tenant -> cost of one hour (its pools rated together, exact); None when rating refuses it (no price)."""
+    hour = pools[0].hour
+    try:
+        result = rate_period(pools, period_start=hour, period_end=hour + SECONDS_PER_HOUR, exact=True)
+    except (MissingPrice, RatingInputError):
+        return None
+    costs: dict[str, Decimal] = {}
+    for line in result.lines:
+        if line.kind in TENANT_COST_KINDS and line.account not in NOT_TENANTS:
+            costs[line.account] = costs.get(line.account, ZERO) + line.amount
+    return costs
+
+
+def _runs(hours: list[int]) -> list[tuple[int, int]]:
+    """Consecutive hours as (first, last) runs."""
+    runs: list[list[int]] = []
+    for hour in hours:
+        if runs and runs[-1][1] + SECONDS_PER_HOUR == hour:
+            runs[-1][1] = hour
+        else:
+            runs.append([hour, hour])
+    return [(a, b) for a, b in runs]
+
+
 def hourly_costs(*, session: Session, start: datetime, end: datetime) -> HourlyCosts:
     """Every ingested hour of [start, end) rated on its own; a tenant's cost is its allocated lines' amounts.
 
     An hour whose GPUs have no price (rating refuses it) is left out of `observed`: unknown, not zero.
     """
-    observed = {epoch(h) for h in session.execute(
-        select(IngestHour.hour).where(IngestHour.hour >= start, IngestHour.hour < end,
-                                      IngestHour.status == IngestStatus.OK)).scalars()}
-    by_tenant: dict[str, dict[int, Decimal]] = defaultdict(dict)
+    url = str(session.get_bind().engine.url)
+    shared = isinstance(generation.cache_key(session), int)  # object() while this session holds uncommitted writes
+    stamps = {epoch(hour): (at, attempts) for hour, at, attempts in session.execute(
+        select(IngestHour.hour, IngestHour.ingested_at, IngestHour.attempts)
+        .where(IngestHour.hour >= start, IngestHour.hour < end, IngestHour.status == IngestStatus.OK))}
+    found: dict[int, dict[str, Decimal] | None] = {}
+    todo = []
+    for hour, stamp in stamps.items():
+        hit = _HOURS.get((url, hour)) if shared else None
+        if hit is not None and hit[0] == stamp:
+            found[hour] = hit[1]
+        else:
+            todo.append(hour)
     docs = DocumentCache(session)
-    for hour, pools in groupby(load_hours(session=session, start=start, end=end, docs=docs), key=lambda h: h.hour):
-        try:
-            result = rate_period(list(pools), period_start=hour, period_end=hour + SECONDS_PER_HOUR, exact=True)
-        except (MissingPrice, RatingInputError):
-            observed.discard(hour)
-            continue
-        for line in result.lines:
-            if line.kind in TENANT_COST_KINDS and line.account not in NOT_TENANTS:
-                costs = by_tenant[line.account]
-                costs[hour] = costs.get(hour, ZERO) + line.amount
-    return HourlyCosts(observed=frozenset(observed), by_tenant=dict(by_tenant))
+    for first, last in _runs(sorted(todo)):
+        pools = load_hours(session=session, start=from_epoch(first), end=from_epoch(last + SECONDS_PER_HOUR), docs=docs)
+        for hour, group in groupby(pools, key=lambda h: h.hour):
+            found[hour] = _rate_hour(list(group))
+    for hour in todo:
+        found.setdefault(hour, {})  # ingested, no GPU in any pool: nothing to pay
+        if shared:
+            if len(_HOURS) >= HOURS_MAX:
+                _HOURS.clear()
+            _HOURS[(url, hour)] = (stamps[hour], found[hour])
+    by_tenant: dict[str, dict[int, Decimal]] = defaultdict(dict)
+    for hour, costs in found.items():
+        for tenant, cost in (costs or {}).items():
+            by_tenant[tenant][hour] = cost
+    observed = frozenset(h for h, costs in found.items() if costs is not None)
+    return HourlyCosts(observed=observed, by_tenant=dict(by_tenant))
 
 
 @dataclass

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from decimal import Decimal as D
 
 import pytest
-from sqlmodel import select
+from sqlmodel import Session, select
 
 from app.billing import budgets
 from app.billing.allocation import allocation, window_of
@@ -185,3 +185,29 @@ def test_a_forecast_from_less_than_a_week_of_hours_raises_no_crossing():
                     history_hours=168, method="weekday-hour")
     assert [(c.threshold, c.basis) for c in budgets.crossings(amount=D(100), thresholds=[5, 50], forecast=week)] == [
         (5, "actual"), (5, "forecast"), (50, "forecast")]
+
+
+def test_an_hour_is_rated_again_only_when_it_is_ingested_again(fresh_engine):
+    """The per-hour cache is keyed by the hour's ingest stamp (ingested_at, attempts), which ingestion moves."""
+    from sqlalchemy import update
+
+    from app.core.db import unit_of_work
+    from app.metrics.models import IngestHour, UsageRollup
+
+    with unit_of_work(fresh_engine) as session:
+        steady(session, months=("2026-10",))
+    hour = datetime(2026, 10, 5, 3, tzinfo=UTC)
+    span = dict(start=datetime(2026, 10, 5, tzinfo=UTC), end=datetime(2026, 10, 6, tzinfo=UTC))
+    with Session(fresh_engine) as session:
+        assert hourly_costs(session=session, **span).by_tenant["vision"][int(hour.timestamp())] == D("1.30")
+    with unit_of_work(fresh_engine) as session:  # rollups changed behind ingestion's back: the stamp did not move
+        session.execute(update(UsageRollup).where(UsageRollup.hour == hour, UsageRollup.tenant == "vision")
+                        .values(gpu_seconds=UsageRollup.gpu_seconds / 2))
+    with Session(fresh_engine) as session:
+        assert hourly_costs(session=session, **span).by_tenant["vision"][int(hour.timestamp())] == D("1.30")
+    with unit_of_work(fresh_engine) as session:  # what ingestion does when it replaces an hour
+        session.execute(update(IngestHour).where(IngestHour.hour == hour)
+                        .values(attempts=IngestHour.attempts + 1, ingested_at=datetime(2026, 10, 6, tzinfo=UTC)))
+    with Session(fresh_engine) as session:
+        costs = hourly_costs(session=session, **span).by_tenant["vision"]
+    assert costs[int(hour.timestamp())] == D("0.65") and costs[int(hour.timestamp()) + 3600] == D("1.30")

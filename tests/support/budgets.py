@@ -41,8 +41,9 @@ def seed_to_now(session: Session) -> tuple[str, int, int]:
 
 
 def forget_answers() -> None:
-    """Drop cached forecasts and allocations: they are keyed by the data generation, which a rolled-back test
-    hands on to the next one unchanged."""
+    """Drop cached forecasts, hour costs and allocations: they are keyed by the data generation and the hours'
+    ingest stamps, which a rolled-back test hands on to the next one unchanged."""
     month_forecast._ANSWERS.clear()
+    month_forecast._HOURS.clear()
     allocation._ANSWERS.clear()
     allocation._ESTIMATES.clear()
