@@ -20,6 +20,8 @@ from tests.support.routes import VIEWER, VISION_MEMBER, problem
 @pytest.fixture(autouse=True)
 def fresh_answers():
     forget_answers()
+    yield
+    forget_answers()
 
 
 def test_finance_sets_a_budget_and_reads_where_it_stands(session, session_api):

@@ -33,6 +33,8 @@ NOW = datetime(2026, 10, 20, tzinfo=UTC)
 @pytest.fixture(autouse=True)
 def fresh_answers():
     forget_answers()
+    yield
+    forget_answers()
 
 
 def test_month_to_date_is_the_allocation_figure_and_a_steady_month_is_forecast_exactly(session):

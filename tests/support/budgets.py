@@ -14,6 +14,7 @@ from sqlmodel import Session
 
 from app.billing import allocation, month_forecast
 from app.core.timeutil import floor_hour, utcnow
+from app.web import overview_panels
 from tests.support.billing import fill_month, month_hours, store_policy
 
 PER_HOUR = {"search": Decimal("0.78"), "vision": Decimal("1.30"), "etl": Decimal("0.13")}
@@ -41,9 +42,11 @@ def seed_to_now(session: Session) -> tuple[str, int, int]:
 
 
 def forget_answers() -> None:
-    """Drop cached forecasts, hour costs and allocations: they are keyed by the data generation and the hours'
-    ingest stamps, which a rolled-back test hands on to the next one unchanged."""
+    """Drop cached forecasts, hour costs, allocations and overview aggregates: they are keyed by the data
+    generation and the hours' ingest stamps, which a rolled-back test hands on to the next one unchanged
+    (call it before and after a test, so it neither reads nor leaves such answers)."""
     month_forecast._ANSWERS.clear()
     month_forecast._HOURS.clear()
     allocation._ANSWERS.clear()
     allocation._ESTIMATES.clear()
+    overview_panels._CACHE.clear()  # the overview's aggregates, which the page tests render too

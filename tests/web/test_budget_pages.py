@@ -20,6 +20,8 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture(autouse=True)
 def fresh_answers():
     forget_answers()
+    yield
+    forget_answers()
 
 
 
