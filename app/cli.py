@@ -10,6 +10,7 @@ from app.billing.cli import app as billing_app
 from app.metrics.cli import app as metrics_app
 from app.metrics.simulator.cli import app as simulator_app
 from app.notify.mail_deliver import mail_task
+from app.notify.webhook_deliver import webhook_task
 from app.policy.cli import app as policy_app
 from app.review.impact import configured_latency_buckets
 from app.web.cli import app as web_app
@@ -20,6 +21,7 @@ from app.web.cli import app as web_app
 WORKER_TASKS: list = []
 WORKER_TASKS.append(budget_task)  # budget.threshold events, before mail plans them (app/billing/budget_alerts.py)
 WORKER_TASKS.append(mail_task)  # e-mailed statements and budget alerts (app/notify/mail_deliver.py)
+WORKER_TASKS.append(webhook_task)  # signed webhooks to admin-configured subscriptions (app/notify/webhook_deliver.py)
 app = typer.Typer(help="GPU co-location chargeback portal", no_args_is_help=True,
                   context_settings={"obj": {"latency_buckets": configured_latency_buckets,
                                             "worker_tasks": WORKER_TASKS}})

@@ -14,6 +14,7 @@ from app.api import policy as api_policy
 from app.api import review as api_review
 from app.api import system as api_system
 from app.api import usage as api_usage
+from app.api import webhooks as api_webhooks
 from app.auth import routes as auth_routes
 from app.auth.sessions import CsrfCookieMiddleware, csrf_context
 from app.core.resources import resource_path
@@ -32,6 +33,7 @@ from app.web import policy as web_policy
 from app.web import review as web_review
 from app.web import sla as web_sla
 from app.web import tenants as web_tenants
+from app.web import webhooks as web_webhooks
 from app.web.navigation import navigation_context, page_session
 
 # Pages lend their session to the navigation (the review badge) while they render.
@@ -72,6 +74,8 @@ def create_app() -> FastAPI:
     app.include_router(api_directory.router, prefix="/api/v1")
     app.include_router(api_mail.router, prefix="/api/v1")
     app.include_router(api_budgets.router, prefix="/api/v1")
+    app.include_router(api_webhooks.router, prefix="/api/v1")
+    api_webhooks.document_events(app)  # the signed requests receivers get: the OpenAPI `webhooks` section
     app.include_router(auth_routes.api, prefix="/api/v1")
     app.include_router(auth_routes.web, dependencies=PAGES)
     app.include_router(web_overview.router, dependencies=PAGES)
@@ -88,6 +92,7 @@ def create_app() -> FastAPI:
     app.include_router(web_doctor.router, dependencies=PAGES)
     app.include_router(web_mail.router, dependencies=PAGES)
     app.include_router(web_budgets.router, dependencies=PAGES)
+    app.include_router(web_webhooks.router, dependencies=PAGES)
     return app
 
 

@@ -13,6 +13,7 @@ import app.core.generation
 import app.http.idempotency
 import app.metrics.models
 import app.notify.mail_models
+import app.notify.webhook_models
 import app.policy.models
 import app.review.models  # noqa: F401
 from app.core.db import make_engine

@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from app.core.cache import clear_all
 from app.core.db import make_engine
 from tests.support.databases import (
     BACKENDS,
@@ -20,6 +21,15 @@ from tests.support.markers import MARKING_FIXTURES
 
 # The route harness and the scenario's Prometheus, for every directory.
 pytest_plugins = ["tests.support.routes", "tests.support.ingest", "tests.support.oidc"]
+
+
+@pytest.fixture(autouse=True)
+def _empty_answer_caches() -> Iterator[None]:
+    """Each test starts with empty per-process caches: a rolled-back test leaves the data generation and row ids
+    where they were, so the next test's keys can equal the last one's while its rows differ."""
+    clear_all()
+    yield
+    clear_all()
 
 
 def _fixtures_used(item) -> set[str]:

@@ -21,7 +21,6 @@ tenant's namespaces add up to its tenant row. Pure below `allocation()` (the one
 from __future__ import annotations
 
 import re
-import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from app.billing.pricing import cents
 from app.billing.rating import rate_period
 from app.billing.readable import Viewer, readable_lines, readable_usage
 from app.billing.types import QUANTITY, LineKind
+from app.core.cache import TtlCache
 from app.core.errors import FieldError, Invalid
 from app.core.settings import get_settings
 from app.core.timeutil import SECONDS_PER_HOUR, epoch, utcnow
@@ -323,7 +323,7 @@ def _stored_lines(session: Session, period: BillingPeriod, viewer: Viewer | None
 # and every policy version, so a cached estimate is never older than the rollups it priced.
 ESTIMATE_TTL_S = 30.0
 ESTIMATE_MAX = 16
-_ESTIMATES: dict[tuple, tuple[float, str | None, list[CostLine]]] = {}
+_ESTIMATES: TtlCache[tuple[str | None, list[CostLine]]] = TtlCache(ttl_s=ESTIMATE_TTL_S, max_entries=ESTIMATE_MAX)
 
 
 def _stored_usage(session: Session, period: BillingPeriod, viewer: Viewer | None) -> list[NamespaceCell]:
@@ -353,15 +353,14 @@ def _stored_usage(session: Session, period: BillingPeriod, viewer: Viewer | None
 
 def _estimated_lines(session: Session, part: MonthPart, visible: frozenset[str] | None) -> tuple[str | None, list[CostLine]]:
     key = (str(session.get_bind().engine.url), part.start, part.end, data_version(session=session))
-    hit = _ESTIMATES.get(key)
-    if hit is None or time.monotonic() - hit[0] >= ESTIMATE_TTL_S:
+
+    def estimate() -> tuple[str | None, list[CostLine]]:
         result = rate_period(load_hours(session=session, start=part.start, end=part.end),
                              period_start=epoch(part.start), period_end=epoch(part.end))
         lines = [CostLine(line.account, line.pool, line.kind, line.klass, line.amount) for line in result.lines]
-        if len(_ESTIMATES) >= ESTIMATE_MAX:
-            _ESTIMATES.clear()
-        hit = _ESTIMATES[key] = (time.monotonic(), result.currency if result.lines else None, lines)
-    _, currency, lines = hit
+        return result.currency if result.lines else None, lines
+
+    currency, lines = _ESTIMATES.get(key, estimate)
     return currency, [line for line in lines if visible is None or line.account in visible]
 
 
@@ -382,7 +381,7 @@ class _Only:
 # ingested hour, rating run, correction and policy version.
 ANSWER_TTL_S = 30.0
 ANSWER_MAX = 64
-_ANSWERS: dict[tuple, tuple[float, Allocation]] = {}
+_ANSWERS: TtlCache[Allocation] = TtlCache(ttl_s=ANSWER_TTL_S, max_entries=ANSWER_MAX)
 
 
 def allocation(*, session: Session, window: DateRange, aggregate: str, viewer: Viewer | None,
@@ -394,15 +393,8 @@ def allocation(*, session: Session, window: DateRange, aggregate: str, viewer: V
     visible = None if viewer is None else viewer.visible_tenants()
     key = (str(session.get_bind().engine.url), window.start, window.end, str(window.tz), aggregate, visible, tenant,
            data_version(session=session))
-    hit = _ANSWERS.get(key)
-    if hit is not None and time.monotonic() - hit[0] < ANSWER_TTL_S:
-        return hit[1]
-    answer = _allocation(session=session, window=window, aggregate=aggregate, viewer=viewer, visible=visible,
-                         tenant=tenant)
-    if len(_ANSWERS) >= ANSWER_MAX:
-        _ANSWERS.clear()
-    _ANSWERS[key] = (time.monotonic(), answer)
-    return answer
+    return _ANSWERS.get(key, lambda: _allocation(session=session, window=window, aggregate=aggregate, viewer=viewer,
+                                                 visible=visible, tenant=tenant))
 
 
 def _allocation(*, session: Session, window: DateRange, aggregate: str, viewer: Viewer | None,

@@ -5,6 +5,7 @@ Services flush only; the caller's unit of work commits. Every state change is au
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -32,6 +33,7 @@ from app.billing.rating import rate_period
 from app.billing.types import PLATFORM, ChargeLine, RatingResult
 from app.core.audit import record
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
+from app.core.event_payloads import CorrectionCreated, PeriodFinalized, PeriodRated
 from app.core.events import emit
 from app.core.settings import get_settings
 from app.core.timeutil import SECONDS_PER_HOUR, from_epoch, hours_between, utcnow
@@ -120,11 +122,16 @@ def rate(*, session: Session, period: str, actor: str) -> BillingPeriod:
         raise Conflict(f"Billing period {p.month} is finalized; its invoices can no longer change")
     before = {"status": row.status, "revision": row.revision}
     _claim(session, row, status=PeriodStatus.RATED)
-    total = _rate_into(session, row, p, actor)
+    rated = _rate_into(session, row, p, actor)
     record(
         session=session, actor=actor, action="billing.rate", entity="billing_period", entity_id=p.month,
-        before=before, after={"status": row.status, "revision": row.revision, "total": str(total)},
+        before=before, after={"status": row.status, "revision": row.revision, "total": str(rated.total)},
     )
+    emit(session=session, type="period.rated", key=f"period.rated:{p.month}:{row.revision}", payload=PeriodRated(
+        period=p.month, revision=row.revision, lines_sha256=rated.sha256, lines=rated.lines, currency=row.currency,
+        total=str(rated.total), tenants={t: str(a) for t, a in sorted(rated.tenants.items())},
+        hours_expected=row.hours_expected, hours_ok=row.hours_ok, gap_hours=len(json.loads(row.gap_hours)),
+        rated_at=row.rated_at, rated_by=actor))
     return row
 
 
@@ -156,7 +163,7 @@ def close(
         accept_gaps_reason=reason if not hours.complete else None,
         accept_unpooled_reason=reason if unpooled.hours else None,
     )
-    total = _rate_into(session, row, p, actor)
+    total = _rate_into(session, row, p, actor).total
     hashes = issued.issue(session=session, period=row)  # the documents themselves, served from now on
     row.csv_sha256, row.focus_sha256, row.pdf_sha256 = hashes["csv"], hashes["focus"], hashes["pdf"]
     session.add(row)
@@ -172,8 +179,8 @@ def close(
         },
     )
     emit(session=session, type="period.finalized", key=f"period.finalized:{p.month}",
-         payload={"period": p.month, "revision": row.revision, "total": str(total),
-                  "finalized_at": row.finalized_at, "finalized_by": actor, "sha256": hashes})
+         payload=PeriodFinalized(period=p.month, revision=row.revision, total=str(total),
+                                 finalized_at=row.finalized_at, finalized_by=actor, sha256=hashes))
     return row
 
 
@@ -237,8 +244,18 @@ def _rating_result(session: Session, p: Period, docs: DocumentCache) -> RatingRe
     )
 
 
-def _rate_into(session: Session, row: BillingPeriod, p: Period, actor: str) -> Decimal:
-    """Run rating and replace the period's draft rows; return the billed total."""
+@dataclass(frozen=True)
+class Rated:
+    """What one rating run stored: the billed total, per tenant, and a hash of the lines (id, amount)."""
+
+    total: Decimal
+    tenants: dict[str, Decimal]
+    lines: int
+    sha256: str
+
+
+def _rate_into(session: Session, row: BillingPeriod, p: Period, actor: str) -> Rated:
+    """Run rating and replace the period's draft rows; return what was billed."""
     docs = DocumentCache(session)
     result = _rating_result(session, p, docs)
     hours = hour_status(session=session, period=p)
@@ -289,7 +306,12 @@ def _rate_into(session: Session, row: BillingPeriod, p: Period, actor: str) -> D
     row.missing_hours = json.dumps([h.isoformat() for h in hours.missing])
     session.add(row)
     session.flush()
-    return sum((line["amount"] for line in lines if line["account"] != PLATFORM), Decimal(0))
+    tenants: dict[str, Decimal] = {}
+    for line in lines:
+        if line["account"] != PLATFORM:
+            tenants[line["account"]] = tenants.get(line["account"], Decimal(0)) + line["amount"]
+    digest = hashlib.sha256("".join(f"{line['line_id']}\t{line['amount']}\n" for line in lines).encode()).hexdigest()
+    return Rated(total=sum(tenants.values(), Decimal(0)), tenants=tenants, lines=len(lines), sha256=digest)
 
 
 def _departments(docs: DocumentCache) -> dict[str, str]:
@@ -393,6 +415,11 @@ def correct(
         tenant=None if line.account == PLATFORM else line.account,
         after={"corrects": line.line_id, "amount": str(delta), "reason": fix.reason, "period": p.month},
     )
+    emit(session=session, type="correction.created", tenant=None if line.account == PLATFORM else line.account,
+         key=f"correction.created:{fix.line_id}", payload=CorrectionCreated(
+             period=p.month, line_id=fix.line_id, corrects=line.line_id, corrected_period=source_period.month,
+             account=line.account, pool=line.pool, amount=str(delta), currency=source_period.currency,
+             reason=fix.reason, created_by=actor))
     return fix
 
 

@@ -17,6 +17,7 @@ import secrets
 from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import Column, Text
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, select
@@ -54,11 +55,16 @@ def new_event_id() -> str:
     return "evt_" + base64.b32encode(secrets.token_bytes(16)).decode().rstrip("=").lower()
 
 
-def emit(*, session: Session, type: str, payload: dict[str, Any], tenant: str | None = None,
+def emit(*, session: Session, type: str, payload: dict[str, Any] | BaseModel, tenant: str | None = None,
          key: str | None = None) -> Event | None:
-    """Record an event in the caller's transaction (flushed, not committed); None if `key` was already used."""
+    """Record an event in the caller's transaction (flushed, not committed); None if `key` was already used.
+
+    `payload` is the event's documented model (app/core/event_payloads.py) or a plain JSON-able dict.
+    """
     if type not in EVENT_TYPES:
         raise ValueError(f"unknown event type {type!r}")
+    if isinstance(payload, BaseModel):
+        payload = payload.model_dump(mode="json")
     if key is not None and session.exec(select(Event.id).where(Event.key == key)).first() is not None:
         return None
     event = Event(id=new_event_id(), type=type, created_at=utcnow(), tenant=tenant, key=key,

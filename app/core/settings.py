@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEV_SECRET = "development-only-secret-change-me"
@@ -93,6 +93,17 @@ class Settings(BaseSettings):
     smtp_ca_file: str | None = None  # CA bundle for the relay's certificate (a private CA); unset: the system's
     mail_from: str = "chargeback@localhost"
     finance_recipients: str = ""  # comma list: the monthly report and department budget alerts
+
+    # Signed webhooks (app/notify/webhook_*.py), delivered by the worker. Each attempt is bounded by the
+    # connect timeout, the read timeout (each wait for bytes) and the deadline (the whole attempt).
+    webhook_connect_timeout_s: float = Field(default=5.0, gt=0)
+    webhook_read_timeout_s: float = Field(default=15.0, gt=0)
+    webhook_deadline_s: float = Field(default=30.0, gt=0, le=600)
+    webhook_concurrency: int = Field(default=4, ge=1, le=64)  # requests in flight per worker; one receiver: half
+    webhook_retry_hours: float = Field(default=24.0, ge=0)  # the Standard Webhooks schedule (5 s, 5 min, ...) within this
+    webhook_secret_overlap_hours: float = Field(default=24.0, ge=0)  # after a rotation the old secret signs too
+    webhook_allow_http: bool = False  # plain http:// receivers outside development (a trusted network only)
+    webhook_ca_file: str | None = None  # CA bundle for receivers' certificates (a private CA); unset: the system's
 
     @property
     def finance_addresses(self) -> list[str]:

@@ -155,7 +155,11 @@ def problem_openapi(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
             return app.openapi_schema
-        schema = get_openapi(title=app.title, version=app.version, routes=app.routes, description=app.description)
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes, description=app.description,
+                             webhooks=app.webhooks.routes)
+        for operations in schema.get("webhooks", {}).values():  # requests the portal sends: it reads no 422 back
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components["Problem"] = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
         components.update(components["Problem"].pop("$defs", {}))

@@ -20,6 +20,8 @@ from sqlalchemy import delete, insert
 from sqlmodel import Session, select
 
 from app.core.errors import AppError
+from app.core.event_payloads import IngestionGap
+from app.core.events import emit
 from app.core.timeutil import HOUR, SECONDS_PER_HOUR, aware, from_epoch, hours_between, utcnow
 from app.metrics.attribution import attribute_hour, split_hours
 from app.metrics.models import (
@@ -288,6 +290,11 @@ def _mark_gap(session: Session, hour: datetime, error: str, report: IngestReport
         row.next_retry_at = (now or utcnow()) + retry_delay(max(row.attempts, 1))
         session.add(row)
         session.flush()
+        # One event per hour and attempt: an hour marked again without a new read (no policy, a run
+        # cut short) or by a racing worker records nothing new.
+        emit(session=session, type="ingestion.gap", key=f"ingestion.gap:{aware(hour).isoformat()}:{row.attempts}",
+             payload=IngestionGap(hour=aware(hour), error=row.last_error[:500], attempts=row.attempts,
+                                  next_retry_at=row.next_retry_at))
     report.gaps.append(hour)
     report.errors[hour] = error
 

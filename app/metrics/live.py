@@ -13,7 +13,6 @@ Answers are cached a few seconds across requests, and concurrent refreshes share
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Protocol
 
+from app.core.cache import TtlCache
 from app.core.errors import AppError
 from app.core.timeutil import SECONDS_PER_MINUTE as MINUTE_S
 from app.metrics import labels as rules
@@ -310,34 +310,28 @@ def _num(text: str) -> tuple:
     return (0, int(text), "") if text.isdigit() else (1, 0, text)
 
 
-# ---- a few seconds of cache across requests, one read at a time per key ----
+# ---- a few seconds of cache across requests, one read at a time ----
 
 CACHE_TTL_S = 5.0
 
 
-class LiveCache:
-    """The newest view per (source, policy version), reused for `ttl_s`; concurrent callers wait for one read."""
+class LiveCache(TtlCache):
+    """The newest view per (source, policy version), reused for `ttl_s`; concurrent callers wait for one read.
+
+    An `AppError` (Prometheus down, a partial answer) is kept as long as a view: an outage costs one wait per TTL.
+    """
 
     def __init__(self, ttl_s: float = CACHE_TTL_S, clock: Callable[[], float] = time.monotonic) -> None:
-        self.ttl_s = ttl_s
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._entries: dict[tuple, tuple[float, object]] = {}
-        self.reads = 0
+        super().__init__(ttl_s=ttl_s, max_entries=16, single_flight=True, clock=clock)
 
-    def get(self, key: tuple, compute: Callable[[], object]) -> object:
-        """The cached value for `key`, or `compute()`; an `AppError` is kept as long (an outage costs one wait per TTL)."""
-        with self._lock:  # one read at a time: a burst of refreshes costs one query, not one each
-            entry = self._entries.get(key)
-            if entry is None or self.clock() - entry[0] >= self.ttl_s:
-                try:
-                    value: object = compute()
-                except AppError as exc:
-                    value = exc
-                self.reads += 1
-                if len(self._entries) > 16:
-                    self._entries.clear()
-                entry = self._entries[key] = (self.clock(), value)
-        if isinstance(entry[1], AppError):
-            raise entry[1]
-        return entry[1]
+    def get(self, key, compute):
+        def guarded():
+            try:
+                return compute()
+            except AppError as exc:
+                return exc
+
+        value = super().get(key, guarded)
+        if isinstance(value, AppError):
+            raise value
+        return value

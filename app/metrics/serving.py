@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from decimal import Decimal
 
+from app.core.cache import TtlCache
 from app.core.errors import AppError
 from app.core.timeutil import SECONDS_PER_MINUTE as MINUTE_S
 from app.metrics.histograms import boundaries, p99_bucket, parse_le, quantile
@@ -186,7 +187,7 @@ def _fill(batch: SourceBatch, policy: PolicyDocument, cs: int, ce: int,
 
 # Red-line checks run as an author types: one small query per histogram every few minutes is plenty.
 BUCKET_CACHE_S = 300
-_BUCKET_CACHE: dict[tuple, tuple[float, tuple[Decimal, ...] | None]] = {}
+_BUCKET_CACHE: TtlCache[tuple[Decimal, ...] | None] = TtlCache(ttl_s=BUCKET_CACHE_S, max_entries=256)
 
 
 def bucket_lookup(url: str, *, timeout_s: float = 10.0, window: str = "1d", at: float | None = None):
@@ -197,18 +198,14 @@ def bucket_lookup(url: str, *, timeout_s: float = 10.0, window: str = "1d", at: 
     reader = PromReader(url, timeout_s=timeout_s)
 
     def lookup(selector: str) -> tuple[Decimal, ...] | None:
-        key = (url, selector, window, at)
-        cached = _BUCKET_CACHE.get(key)
-        if cached is not None and time.monotonic() - cached[0] < BUCKET_CACHE_S:
-            return cached[1]
-        try:
-            series = reader.query(f"group by (le) (last_over_time({selector}[{window}]))", time.time() if at is None else at)
-            found = boundaries(labels.get("le", "") for labels, _ in series) or None
-        except AppError:
-            found = None
-        if len(_BUCKET_CACHE) > 256:
-            _BUCKET_CACHE.clear()
-        _BUCKET_CACHE[key] = (time.monotonic(), found)
-        return found
+        def read() -> tuple[Decimal, ...] | None:
+            try:
+                series = reader.query(f"group by (le) (last_over_time({selector}[{window}]))",
+                                      time.time() if at is None else at)
+                return boundaries(labels.get("le", "") for labels, _ in series) or None
+            except AppError:
+                return None
+
+        return _BUCKET_CACHE.get((url, selector, window, at), read)
 
     return lookup

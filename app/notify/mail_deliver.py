@@ -1,7 +1,7 @@
 """Delivering planned e-mail from the worker: claim a row, send it over SMTP, record the outcome.
 
-A row is claimed in a short transaction of its own (PostgreSQL: `FOR UPDATE SKIP LOCKED`, so two
-workers take different rows; SQLite: the write lock) that counts the attempt and sets a lease
+A row is claimed (app/notify/outbox.py: PostgreSQL `FOR UPDATE SKIP LOCKED`, so two workers take
+different rows; SQLite the write lock) in a short transaction of its own that counts the attempt and sets a lease
 (`claimed_until`). The SMTP conversation happens outside any transaction; a second transaction
 marks the row sent or failed. A worker killed after the SMTP server accepted the message but before
 that mark leaves the row claimed: once the lease has passed it is sent again, with the same
@@ -18,21 +18,21 @@ import ssl
 from datetime import datetime, timedelta
 from email.message import EmailMessage
 
-from sqlalchemy import or_, update
+from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from app.core.db import is_postgres, unit_of_work
+from app.core.db import unit_of_work
 from app.core.errors import Conflict, NotFound
 from app.core.settings import Settings, get_settings
-from app.core.timeutil import aware
 from app.notify.mail_compose import compose
 from app.notify.mail_models import MailSend, MailStatus
 from app.notify.mail_plan import DISABLED, plan
+from app.notify.outbox import Backoff, claim_first, due, write_lock
 
 log = logging.getLogger(__name__)
-RETRY_FOR = timedelta(days=1)
-FIRST_DELAY_S, MAX_DELAY_S = 60, 3600
+# 1 minute doubling to an hour, for a day from the first attempt.
+BACKOFF = Backoff(delays=tuple(timedelta(minutes=m) for m in (1, 2, 4, 8, 16, 32, 60)), window=timedelta(days=1))
 WAIT_FOR_DOCUMENT = timedelta(minutes=1)  # a row whose document is not issued yet looks again after this
 
 
@@ -43,9 +43,7 @@ def lease(settings: Settings) -> timedelta:
 
 def next_attempt(*, attempts: int, first_attempt_at: datetime, now: datetime) -> datetime | None:
     """When to try again after `attempts` failures (None: the day of retries is over)."""
-    delay = timedelta(seconds=min(FIRST_DELAY_S * 2 ** max(attempts - 1, 0), MAX_DELAY_S))
-    at = now + delay
-    return at if at <= aware(first_attempt_at) + RETRY_FOR else None
+    return BACKOFF.next_attempt(failures=attempts, first_attempt_at=first_attempt_at, now=now)
 
 
 def smtp_reason(exc: BaseException) -> str:
@@ -80,25 +78,11 @@ def send_smtp(*, settings: Settings, message: EmailMessage) -> dict[str, tuple[i
         return client.send_message(message)
 
 
-def _due(now: datetime):
-    return (
-        select(MailSend)
-        .where(MailSend.status.in_((MailStatus.PENDING, MailStatus.FAILED)),  # type: ignore[attr-defined]
-               MailSend.next_attempt_at <= now,
-               or_(MailSend.claimed_until.is_(None), MailSend.claimed_until <= now))  # type: ignore[union-attr]
-        .order_by(MailSend.next_attempt_at, MailSend.id)
-    )
-
-
 def claim_next(*, engine: Engine, settings: Settings, now: datetime) -> tuple[int, EmailMessage] | None:
     """Claim the next due row and build its message (committed); None when nothing is due."""
     while True:
         with unit_of_work(engine) as session:
-            if is_postgres(session):
-                row = session.exec(_due(now).limit(1).with_for_update(skip_locked=True)).first()
-            else:
-                session.connection(execution_options={"sqlite_immediate": True})
-                row = session.exec(_due(now).limit(1)).first()
+            row = claim_first(session, due(MailSend, now, statuses=(MailStatus.PENDING, MailStatus.FAILED)), MailSend)
             if row is None:
                 return None
             try:
@@ -128,8 +112,7 @@ def claim_next(*, engine: Engine, settings: Settings, now: datetime) -> tuple[in
 def _mark(*, engine: Engine, row_id: int, now: datetime, error: str | None, note: str | None = None) -> MailSend:
     """Record the attempt's outcome: sent (with `note` on refused recipients), or failed with `error`."""
     with unit_of_work(engine) as session:
-        if not is_postgres(session):  # write lock first: a read turned write would fail against another claim
-            session.connection(execution_options={"sqlite_immediate": True})
+        write_lock(session)
         row = session.get(MailSend, row_id)
         assert row is not None
         row.claimed_until = None

@@ -13,15 +13,14 @@ import hashlib
 import logging
 from datetime import datetime
 
-from sqlalchemy import text
 from sqlmodel import Session, select
 
 from app.billing.invoices import load_view
 from app.billing.models import BillingPeriod
-from app.core.db import is_postgres
 from app.core.events import Event
 from app.core.settings import Settings
 from app.notify.mail_models import FINANCE, MailKind, MailPlanned, MailSend, MailStatus
+from app.notify.outbox import try_plan_lock, unplanned_events
 
 log = logging.getLogger(__name__)
 MAIL_EVENTS = ("period.finalized", "budget.threshold")
@@ -37,14 +36,6 @@ def message_id(*, event_id: str, kind: str, audience: str, mail_from: str) -> st
     return f"<{event_id}.{kind}.{who}@{domain}>"
 
 
-def _lock(session: Session) -> bool:
-    """Take the planning lock for this transaction; False when another planner holds it (PostgreSQL)."""
-    if is_postgres(session):
-        return bool(session.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": PLAN_LOCK}).scalar())
-    session.connection(execution_options={"sqlite_immediate": True})  # SQLite: the write lock, now
-    return True
-
-
 def _messages(session: Session, event: Event) -> list[tuple[str, str, str | None]]:
     """(kind, audience, period) of each message the event calls for."""
     data = event.data
@@ -58,13 +49,9 @@ def _messages(session: Session, event: Event) -> list[tuple[str, str, str | None
 
 def plan(*, session: Session, settings: Settings, now: datetime, limit: int = 100) -> list[MailSend]:
     """Record the messages of events not planned yet (flush, never commit); [] if another planner is at it."""
-    if not _lock(session):
+    if not try_plan_lock(session, PLAN_LOCK):
         return []
-    done = select(MailPlanned.event_id)
-    events = session.exec(
-        select(Event).where(Event.type.in_(MAIL_EVENTS), Event.id.not_in(done))  # type: ignore[attr-defined]
-        .order_by(Event.created_at, Event.id).limit(limit)
-    ).all()
+    events = unplanned_events(session, planned=MailPlanned, types=MAIL_EVENTS, limit=limit)
     rows = []
     for event in events:
         try:

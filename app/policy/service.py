@@ -20,6 +20,8 @@ from sqlmodel import Session, select
 from app.core import generation
 from app.core.audit import record
 from app.core.errors import Conflict, Invalid, NotFound
+from app.core.event_payloads import PolicyApplied, ReleaseRef
+from app.core.events import emit
 from app.core.timeutil import aware, floor_hour, utcnow
 from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
@@ -51,8 +53,10 @@ def import_version(
     effective_from: datetime | None = None,
     source: str = "bootstrap",
     comment: str = "",
+    release: ReleaseRef | None = None,
 ) -> PolicyVersion:
-    """Store a valid document as a new immutable version (flushed, audited); refuse errors and backdating."""
+    """Store a valid document as a new immutable version (flushed, audited, a `policy.applied` event);
+    refuse errors and backdating."""
     try:
         # Round-trip through the schema: a document assembled with model_copy skipped pydantic's checks.
         data = json.loads(canonical_json(document))
@@ -90,6 +94,9 @@ def import_version(
         before=None if latest is None else {"version": latest.id, "sha256": latest.sha256},
         after={"version": version.id, "sha256": version.sha256, "effective_from": effective.isoformat(), "comment": comment},
     )
+    emit(session=session, type="policy.applied", key=f"policy.applied:{version.id}", payload=PolicyApplied(
+        version=version.id, sha256=version.sha256, effective_from=effective, source=source, created_by=actor,
+        comment=comment, release=release))
     return version
 
 

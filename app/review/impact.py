@@ -4,7 +4,6 @@ re-rated under the proposal. The month defaults to the newest complete month wit
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import replace
 from decimal import Decimal
@@ -18,6 +17,7 @@ from app.billing.period import Period, parse_period
 from app.billing.rating import rate_period
 from app.billing.totals import NOT_TENANTS, account_totals
 from app.billing.types import PLATFORM, LineKind, RatingResult
+from app.core.cache import TtlCache
 from app.core.errors import AppError, FieldError, Invalid
 from app.core.settings import get_settings
 from app.core.timeutil import aware, utcnow
@@ -355,7 +355,7 @@ def preview(
 # minute (a subquery), so that a pod's memory on several GPUs counts together.
 # The editor validates as the author types: one 7-day query per few minutes is plenty.
 PEAK_CACHE_S = 300
-_PEAK_CACHE: dict[tuple, tuple[float, list]] = {}
+_PEAK_CACHE: TtlCache[list] = TtlCache(ttl_s=PEAK_CACHE_S, max_entries=32)
 PEAK_QUERY = 'max_over_time((sum by (namespace) (DCGM_FI_DEV_FB_USED{{namespace!=""}}))[{window}:1m])'
 
 
@@ -367,17 +367,13 @@ def measured_peaks_from_prometheus(
     Namespaces of one tenant are added (an upper bound when their peaks did not coincide).
     """
     key = (url, window, at)
-    cached = _PEAK_CACHE.get(key)
-    if cached is not None and time.monotonic() - cached[0] < PEAK_CACHE_S:
-        result = cached[1]
-    else:
+    hit, result = _PEAK_CACHE.peek(key)
+    if not hit:
         try:
             result = PromReader(url, timeout_s=timeout_s).query(PEAK_QUERY.format(window=window), (at or utcnow()).timestamp())
         except AppError:  # unanswered, partial or refused: not measured: validation then warns instead
             return None
-        if len(_PEAK_CACHE) > 32:
-            _PEAK_CACHE.clear()
-        _PEAK_CACHE[key] = (time.monotonic(), result)
+        _PEAK_CACHE.put(key, result)
     peaks: dict[str, float] = {}
     for labels, samples in result:
         tenant = doc.tenant_for_namespace(labels.get("namespace", ""))

@@ -21,6 +21,7 @@ from sqlmodel import Session, select
 from app.core.audit import record
 from app.core.db import is_postgres
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
+from app.core.event_payloads import ReleaseRef
 from app.core.timeutil import aware, floor_hour, utcnow
 from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
@@ -289,7 +290,8 @@ def _apply(session: Session, release_id: int, actor: str, effective_from: dateti
     document = _combined_document(session, changes, current)
     ids = ", ".join(f"#{c.id}" for c in changes)
     version = import_version(session=session, document=document, actor=actor, effective_from=effective,
-                             source="change", comment=f"release {release.name} ({release.service}): change requests {ids}")
+                             source="change", comment=f"release {release.name} ({release.service}): change requests {ids}",
+                             release=ReleaseRef(id=release.id, name=release.name, service=release.service))
     for change in changes:
         won = session.execute(
             update(ChangeRequest)
@@ -381,7 +383,8 @@ def _rollback(session: Session, release_id: int, actor: str, effective_from: dat
     # Never earlier than the version it replaces (versions cannot be backdated).
     effective = max(_not_in_the_past(effective_from or utcnow()), aware(latest.effective_from))
     version = import_version(session=session, document=load_document(previous), actor=actor, effective_from=effective,
-                             source="rollback", comment=f"rollback of release {release.name}: back to version {previous.id}")
+                             source="rollback", comment=f"rollback of release {release.name}: back to version {previous.id}",
+                             release=ReleaseRef(id=release.id, name=release.name, service=release.service))
     session.execute(
         update(Release).where(Release.id == release.id).values(rollback_version_id=version.id)
         .execution_options(synchronize_session=False)

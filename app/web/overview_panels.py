@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from zoneinfo import ZoneInfo
@@ -15,6 +14,7 @@ from starlette.responses import Response
 from app.auth.deps import CurrentUser, Principal
 from app.billing.fleet_cost import range_cost
 from app.billing.loader import DocumentCache
+from app.core.cache import TtlCache
 from app.core.deps import SessionDep
 from app.http.templating import render
 from app.metrics import usage_read
@@ -97,20 +97,13 @@ def daily_chart(usage: usage_read.DailyUsage, ingested: set) -> str:
 # version is read from the database, so every serve process recomputes after a write anywhere. Bounded in size.
 CACHE_TTL_S = 30.0
 CACHE_MAX = 64
-_CACHE: dict[tuple, tuple[float, dict]] = {}
+_CACHE: TtlCache[dict] = TtlCache(ttl_s=CACHE_TTL_S, max_entries=CACHE_MAX)
 
 
 def _cached_aggregates(*, session: Session, user: Principal, period: DateRange, now: datetime, today: date) -> dict:
     tenants = user.visible_tenants()
     key = (period.start, period.end, period.tz.key, today, tenants, data_version(session=session, at=now))
-    hit = _CACHE.get(key)
-    if hit is not None and time.monotonic() - hit[0] < CACHE_TTL_S:
-        return hit[1]
-    value = _aggregates(session=session, user=user, period=period, now=now, today=today)
-    if len(_CACHE) >= CACHE_MAX:
-        _CACHE.clear()
-    _CACHE[key] = (time.monotonic(), value)
-    return value
+    return _CACHE.get(key, lambda: _aggregates(session=session, user=user, period=period, now=now, today=today))
 
 
 def extras(*, session: Session, user: Principal, period: DateRange, now: datetime, today: date) -> dict:

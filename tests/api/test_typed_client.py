@@ -22,6 +22,7 @@ from pydantic import TypeAdapter, ValidationError
 from app.auth import service
 from app.billing import periods
 from app.core.timeutil import floor_hour, utcnow
+from app.notify.webhook_deliver import plan
 from app.policy.parsing import parse_document
 from app.policy.service import import_version
 from tests.support.billing import add_hour, fill_month, store_policy
@@ -30,7 +31,7 @@ from tests.support.routes import make_user
 
 pytestmark = pytest.mark.anyio
 API = "/api/v1"
-PEOPLE = {"olga": "operator", "rita": "reviewer", "fay": "finance", "vic": "viewer", "tim": "tenant"}
+PEOPLE = {"olga": "operator", "rita": "reviewer", "fay": "finance", "vic": "viewer", "tim": "tenant", "ada": "admin"}
 
 
 @dataclass
@@ -173,6 +174,21 @@ async def drive(client: httpx.AsyncClient, session) -> list[Answer]:
     session.commit()
     for change in drafts:
         await call("olga", "POST", "/policy/changes/{change_id}/rebase", path={"change_id": change["id"]})
+
+    # webhooks: a subscription, one planned delivery of a new event, redelivered
+    hook = (await call("ada", "POST", "/webhooks", expect=201, json={
+        "url": "https://erp.example/hooks", "event_types": ["correction.created"], "description": "ERP"})).json()
+    wid = {"webhook_id": hook["id"]}
+    await call("fay", "POST", "/periods/{period}/corrections", expect=201, path={"period": "2026-11"},
+               json={"line_id": invoice["lines"][0]["line_id"], "amount": "0.10", "reason": "goodwill undone"})
+    [delivery] = plan(session=session, now=utcnow())
+    await call("ada", "GET", "/webhooks")
+    await call("ada", "PATCH", "/webhooks/{webhook_id}", path=wid, json={"description": "ERP (prod)"})
+    await call("ada", "GET", "/webhooks/{webhook_id}", path=wid)
+    await call("ada", "POST", "/webhooks/{webhook_id}/secret", path=wid)
+    await call("ada", "POST", "/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver", expect=202,
+               path={**wid, "delivery_id": delivery.id})
+    await call("ada", "GET", "/webhooks/{webhook_id}/deliveries", path=wid)
 
     # the caller and their tokens
     await call("vic", "GET", "/me")

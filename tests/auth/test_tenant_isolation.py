@@ -3,6 +3,8 @@
 Routes are taken from the app's route table, so billing and usage routes added later are covered
 without editing this file: every GET route with a `{tenant}` parameter must answer 404 for a
 foreign tenant (the same answer as an unknown one), and no GET route may mention a foreign tenant.
+A `{tenant}` route the authorization matrix closes to members (billing contacts: admins and finance)
+must answer them 403 for their own tenant, a foreign one and an unknown one alike.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from sqlmodel import select
 
 from app.billing import periods
 from app.billing.models import ChargeLineRecord
+from tests.auth.test_matrix import RULES
 from tests.support.billing import add_hour, store_policy
 from tests.support.routes import app_routes, make_user, sign_in
 
@@ -61,22 +64,25 @@ def _mentions_foreign(text: str) -> list[str]:
 async def test_foreign_tenant_is_404_by_every_tenant_route(client, session, rated_month):
     tenant_routes = [p for p in get_routes() if "{tenant}" in p]
     assert tenant_routes, "expected invoice routes with a {tenant} parameter"
-    viewer = make_user(session, "staff", "viewer")
+    staff = {role: make_user(session, f"staff-{role}", role) for role in ("viewer", "finance")}
     member = make_user(session, "member", "tenant", tenants=[OWN])
     failures = []
     for path in tenant_routes:
-        sign_in(client, session, viewer)
+        allowed = RULES[("GET", path)]
+        sign_in(client, session, staff["viewer" if "viewer" in allowed else "finance"])
         staff_view = await client.get(_url(path, FOREIGN[0]))
         if staff_view.status_code != 200:
             failures.append(f"{path}: staff should read {FOREIGN[0]}, got {staff_view.status_code}")
         sign_in(client, session, member)
+        closed = "tenant" not in allowed  # then one answer for every tenant: nothing to tell them apart by
         own = await client.get(_url(path, OWN))
-        if own.status_code != 200:
-            failures.append(f"{path}: member should read its own tenant, got {own.status_code}")
+        if own.status_code != (403 if closed else 200):
+            failures.append(f"{path}: member on its own tenant should get {403 if closed else 200}, got {own.status_code}")
         for foreign in (*FOREIGN, "no-such-tenant"):
             response = await client.get(_url(path, foreign))
-            if response.status_code != 404:
-                failures.append(f"{path} as member for {foreign}: expected 404, got {response.status_code}")
+            if response.status_code != (403 if closed else 404):
+                failures.append(f"{path} as member for {foreign}: expected {403 if closed else 404}, "
+                                f"got {response.status_code}")
     assert not failures, "\n".join(failures)
 
 

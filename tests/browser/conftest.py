@@ -11,11 +11,13 @@ from playwright.sync_api import sync_playwright
 from app.auth import service
 from app.billing import periods
 from app.core.db import make_engine, unit_of_work
-from app.core.settings import get_settings
+from app.core.settings import Settings, get_settings
 from app.core.timeutil import floor_hour, utcnow
 from app.metrics.ingest import ingest_hours
 from app.metrics.simulator import Simulator
 from app.metrics.simulator.policy import seed_policy
+from app.notify.webhook_deliver import webhook_task
+from app.notify.webhook_subscriptions import create_subscription
 from app.policy.service import import_version
 from tests.support.browser import SHOTS, sign_in
 from tests.support.databases import drop_postgres_database, migrated, new_postgres_database
@@ -24,6 +26,7 @@ from tests.support.server import running_portal
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]
 PASSWORD = "browser-suite-passphrase"
+UNREACHABLE_HOOK = "http://127.0.0.1:9/erp"  # the discard port: nothing listens, the connection is refused
 DAYS = 7
 # name -> (role, tenants)
 USERS = {"ada": ("admin", []), "olga": ("operator", []), "rex": ("reviewer", []), "fin": ("finance", []),
@@ -57,9 +60,13 @@ def portal(tmp_path_factory):
         report = ingest_hours(session=session, source=sim.source(), start=start, end=end, scrape_interval_s=30)
     assert len(report.ok) == DAYS * 24 and not report.gaps
     months = _months(start, end)
+    with unit_of_work(engine) as session:  # a receiver nobody listens at: its page shows failed attempts
+        create_subscription(session=session, actor="seed", url=UNREACHABLE_HOOK, event_types=["period.rated"],
+                            description="ERP (unreachable)")
     with unit_of_work(engine) as session:
         for month in months:
             periods.rate(session=session, period=month, actor="seed")
+    webhook_task(engine, utcnow(), settings=Settings(webhook_connect_timeout_s=1, webhook_deadline_s=2))
     engine.dispose()
 
     try:

@@ -139,4 +139,4 @@ def test_an_unreachable_prometheus_is_one_wait_per_ttl_and_a_clear_error():
     for _ in range(3):
         with pytest.raises(Unavailable, match="did not answer"):
             cache.get(("p",), lambda: source.read(policy=policy, at=H))
-    assert cache.reads == 1
+    assert cache.computations == 1

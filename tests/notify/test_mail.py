@@ -9,7 +9,6 @@ the reason, retried later; a document not issued yet keeps its send pending with
 from __future__ import annotations
 
 import hashlib
-import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -31,6 +30,7 @@ from app.notify.mail_plan import DISABLED
 from tests.support.billing import add_hour, store_policy
 from tests.support.server import free_port
 from tests.support.smtp import PASSWORD, USER, self_signed, smtp_server
+from tests.support.threads import at_once
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
 NOW = datetime(2026, 11, 2, 9, tzinfo=UTC)
@@ -213,20 +213,7 @@ def test_two_workers_at_once_send_each_message_once(fresh_engine, tmp_path):
                      payload={"tenant": "vision", "department": None, "month": "2026-11", "threshold_percent": 50 + n,
                               "basis": "actual", "amount": "500.00", "budget": "1000.00"})
         mail_task(fresh_engine, NOW - timedelta(hours=1), settings=settings_for(free_port()))  # plan only: all fail
-        errors = []
-
-        def worker():
-            try:
-                deliver_due(engine=fresh_engine, settings=settings, now=NOW)
-            except Exception as exc:  # pragma: no cover - reported below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=worker) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert errors == []
+        assert at_once(lambda: deliver_due(engine=fresh_engine, settings=settings, now=NOW)) == []
         ids = [mid(r) for r in server.received()]
         assert len(ids) == 9 and len(set(ids)) == 9  # 2 invoices, the report, 6 alerts: each once
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +73,29 @@ def running_portal(database_url: str, *, extra_args: tuple[str, ...] = (), log_d
         proc.terminate()
         try:
             proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def peer_process(args: list[str], *, log_path: Path, ready: Callable[[], bool], what: str,
+                 timeout_s: float = 30) -> Iterator[subprocess.Popen]:
+    """Run a test peer (an SMTP server, a webhook receiver) from the repository root, logging to `log_path`;
+    yield once `ready()` holds, stop it on exit (terminate, then kill after 10 s)."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not come up:\n" + log_path.read_text())
+            time.sleep(0.05)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

@@ -7,14 +7,13 @@ import email.policy
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from email.message import EmailMessage
 from pathlib import Path
 
-from tests.support.server import ROOT, free_port
+from tests.support.server import free_port, peer_process
 
 USER, PASSWORD = "portal", "s3cret-relay"
 
@@ -66,23 +65,10 @@ def smtp_server(directory: Path, *, port: int | None = None, auth: bool = True, 
         args += ["--user", USER, "--password", PASSWORD]
     if cert:
         args += ["--cert", str(cert[0]), "--key", str(cert[1])] + (["--implicit"] if implicit_tls else [])
-    log_path = directory / f"smtp-{server.port}.log"
-    with open(log_path, "w") as log:
-        server.proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while not _accepting(server.port, tls=implicit_tls):
-            if server.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("SMTP server did not come up:\n" + log_path.read_text())
-            time.sleep(0.1)
+    with peer_process(args, log_path=directory / f"smtp-{server.port}.log", what="SMTP server", timeout_s=timeout_s,
+                      ready=lambda: _accepting(server.port, tls=implicit_tls)) as proc:
+        server.proc = proc
         yield server
-    finally:
-        server.proc.terminate()
-        try:
-            server.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.proc.kill()
-            server.proc.wait()
 
 
 def self_signed(directory: Path) -> tuple[Path, Path]:

@@ -23,12 +23,6 @@ OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
 CSS = Path(__file__).resolve().parents[2] / "static" / "app.css"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache():
-    overview_panels._CACHE.clear()
-    yield
-    overview_panels._CACHE.clear()
-
 
 def _json(html: str, element_id: str) -> dict:
     match = re.search(rf'<script type="application/json" id="{element_id}">(.*?)</script>', html, re.S)

@@ -16,13 +16,6 @@ from tests.support.routes import make_user, sign_in
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache():
-    """Rolled-back tests can repeat a data fingerprint with other rows: start each test with an empty cache."""
-    overview_panels._CACHE.clear()
-    yield
-    overview_panels._CACHE.clear()
-
 
 @pytest.fixture
 def seeded(session) -> dict:

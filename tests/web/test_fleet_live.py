@@ -14,7 +14,6 @@ from app.metrics.ingest import ingest_hours
 from app.metrics.simulator import Simulator
 from app.metrics.simulator.policy import seed_policy
 from app.policy.service import import_version
-from app.web import fleet_live
 from tests.support.routes import make_user, sign_in
 
 pytestmark = pytest.mark.anyio
@@ -32,7 +31,6 @@ def simulated(session):
     report = ingest_hours(session=session, source=sim.source(), start=start, end=end, scrape_interval_s=30)
     assert len(report.ok) == HOURS
     session.commit()
-    fleet_live.CACHE._entries.clear()  # another test's policy version may share the key
     day = start.astimezone(settings.tz).date()
     last = (end - timedelta(seconds=1)).astimezone(settings.tz).date()
     return {"sim": sim, "query": f"start={day.isoformat()}&end={last.isoformat()}", "month": last.strftime("%b")}
