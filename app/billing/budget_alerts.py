@@ -30,6 +30,7 @@ from app.billing.budgets import ACTUAL, BudgetStatus, Crossing, statuses
 from app.billing.month_forecast import current_month
 from app.billing.period import parse_period
 from app.core.db import is_postgres, unit_of_work
+from app.core.event_payloads import BudgetThreshold
 from app.core.events import Event, emit
 from app.core.timeutil import aware
 
@@ -46,17 +47,15 @@ def event_key(status: BudgetStatus, crossing: Crossing) -> str:
             f"{crossing.threshold}:{crossing.basis}")
 
 
-def payload(status: BudgetStatus, crossing: Crossing) -> dict:
-    """What the event says (app/notify/mail_compose.py `_budget_text` and webhook receivers read it)."""
+def payload(status: BudgetStatus, crossing: Crossing) -> BudgetThreshold:
+    """What the event says (documented in app/core/event_payloads.py; read by mail_compose `_budget_text` and webhooks)."""
     assert status.budget is not None and status.forecast is not None
-    tenant = status.name if status.scope == BudgetScope.TENANT else None
-    return {
-        "month": status.month, "threshold_percent": crossing.threshold, "basis": crossing.basis,
-        "amount": str(crossing.value), "budget": str(status.budget.amount), "currency": status.currency,
-        "tenant": tenant, "department": status.department,
-        "actual": str(status.forecast.actual), "forecast": str(status.forecast.month_end),
-        "as_of": status.as_of.isoformat(),
-    }
+    return BudgetThreshold(
+        month=status.month, threshold_percent=crossing.threshold, basis=crossing.basis, amount=str(crossing.value),
+        budget=str(status.budget.amount), currency=status.currency,
+        tenant=status.name if status.scope == BudgetScope.TENANT else None, department=status.department,
+        actual=str(status.forecast.actual), forecast=str(status.forecast.month_end), as_of=status.as_of,
+    )
 
 
 def months_to_check(now: datetime) -> list[tuple[str, bool]]:

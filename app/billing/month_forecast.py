@@ -10,7 +10,6 @@ anything itself.
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,6 +26,7 @@ from app.billing.period import parse_period
 from app.billing.pricing import MissingPrice, cents
 from app.billing.rating import RatingInputError, rate_period
 from app.core import generation
+from app.core.cache import TtlCache
 from app.core.errors import AppError
 from app.core.settings import get_settings
 from app.core.timeutil import SECONDS_PER_HOUR, aware, epoch, floor_hour, from_epoch
@@ -51,9 +51,9 @@ class HourlyCosts:
 # Each hour's costs are kept per process, keyed by (database, hour) and valid while the hour's ingest row says the
 # same (ingested_at, attempts): only ingestion writes rollups, and it moves both whenever it replaces an hour. So an
 # answer after a new hour was ingested rates that hour, not four weeks again. A session holding uncommitted writes
-# neither reads nor fills it. Bounded: when full, it starts afresh.
+# neither reads nor fills it. Bounded: when full, it starts afresh (the TTL only bounds memory of dead databases).
 HOURS_MAX = 24 * 62 * 4
-_HOURS: dict[tuple[str, int], tuple[tuple, dict[str, Decimal] | None]] = {}
+_HOURS: TtlCache[tuple[tuple, dict[str, Decimal] | None]] = TtlCache(ttl_s=86400.0, max_entries=HOURS_MAX)
 
 
 def _rate_hour(pools: list) -> dict[str, Decimal] | None:
@@ -94,8 +94,8 @@ def hourly_costs(*, session: Session, start: datetime, end: datetime) -> HourlyC
     found: dict[int, dict[str, Decimal] | None] = {}
     todo = []
     for hour, stamp in stamps.items():
-        hit = _HOURS.get((url, hour)) if shared else None
-        if hit is not None and hit[0] == stamp:
+        fresh, hit = _HOURS.peek((url, hour)) if shared else (False, None)
+        if fresh and hit is not None and hit[0] == stamp:
             found[hour] = hit[1]
         else:
             todo.append(hour)
@@ -107,9 +107,7 @@ def hourly_costs(*, session: Session, start: datetime, end: datetime) -> HourlyC
     for hour in todo:
         found.setdefault(hour, {})  # ingested, no GPU in any pool: nothing to pay
         if shared:
-            if len(_HOURS) >= HOURS_MAX:
-                _HOURS.clear()
-            _HOURS[(url, hour)] = (stamps[hour], found[hour])
+            _HOURS.put((url, hour), (stamps[hour], found[hour]))
     by_tenant: dict[str, dict[int, Decimal]] = defaultdict(dict)
     for hour, costs in found.items():
         for tenant, cost in (costs or {}).items():
@@ -158,7 +156,7 @@ def current_month(now: datetime) -> str:
 # are: the data version changes with every ingested hour, rating and policy version, in any process.
 ANSWER_TTL_S = 30.0
 ANSWER_MAX = 16
-_ANSWERS: dict[tuple, tuple[float, MonthForecasts]] = {}
+_ANSWERS: TtlCache[MonthForecasts] = TtlCache(ttl_s=ANSWER_TTL_S, max_entries=ANSWER_MAX)
 
 
 def month_forecasts(*, session: Session, as_of: datetime, month: str | None = None) -> MonthForecasts:
@@ -167,14 +165,7 @@ def month_forecasts(*, session: Session, as_of: datetime, month: str | None = No
     as_of = floor_hour(as_of)
     month = month or current_month(as_of)
     key = (str(session.get_bind().engine.url), month, as_of, data_version(session=session, at=as_of))
-    hit = _ANSWERS.get(key)
-    if hit is not None and time.monotonic() - hit[0] < ANSWER_TTL_S:
-        return hit[1]
-    answer = _month_forecasts(session=session, month=month, as_of=as_of)
-    if len(_ANSWERS) >= ANSWER_MAX:
-        _ANSWERS.clear()
-    _ANSWERS[key] = (time.monotonic(), answer)
-    return answer
+    return _ANSWERS.get(key, lambda: _month_forecasts(session=session, month=month, as_of=as_of))
 
 
 def _month_to_date(session: Session, window: DateRange | None, aggregate: str) -> tuple[str | None, dict[str, Decimal]]:

@@ -1,7 +1,7 @@
 """budget: monthly budgets per tenant and department with alert thresholds (app/billing/budgets.py)
 
 Revision ID: 0020
-Revises: 0018
+Revises: 0019 (chained after webhooks when main was merged in)
 Create Date: 2026-12-01 13:00:00
 """
 
@@ -10,7 +10,7 @@ import sqlmodel
 from alembic import op
 
 revision = '0020'
-down_revision = '0018'
+down_revision = '0019'
 branch_labels = None
 depends_on = None
 

@@ -9,19 +9,10 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal as D
 
-import pytest
-
 from app.core.timeutil import floor_hour, utcnow
 from tests.support.billing import store_policy
-from tests.support.budgets import PER_HOUR, forget_answers, seed_to_now
+from tests.support.budgets import PER_HOUR, seed_to_now
 from tests.support.routes import VIEWER, VISION_MEMBER, problem
-
-
-@pytest.fixture(autouse=True)
-def fresh_answers():
-    forget_answers()
-    yield
-    forget_answers()
 
 
 def test_finance_sets_a_budget_and_reads_where_it_stands(session, session_api):

@@ -60,7 +60,7 @@ def test_thresholds_crossed_by_cost_and_by_forecast_are_raised_once_each(fresh_e
     assert event.tenant == "vision" and event.key == "budget.threshold:tenant:vision:2026-10:1000.00:50:actual"
     assert event.data == {"month": "2026-10", "threshold_percent": 50, "basis": "actual", "amount": "592.80",
                           "budget": "1000.00", "currency": "USD", "tenant": "vision", "department": "research",
-                          "actual": "592.80", "forecast": "967.20", "as_of": "2026-10-20T00:00:00+00:00"}
+                          "actual": "592.80", "forecast": "967.20", "as_of": "2026-10-20T00:00:00Z"}
     [department] = [e for e in first if e.data["tenant"] is None and e.data["basis"] == "forecast"
                     and e.data["threshold_percent"] == 50]
     assert department.tenant is None and department.data["department"] == "research"

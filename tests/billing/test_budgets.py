@@ -24,17 +24,10 @@ from app.core.errors import Invalid, NotFound
 from app.core.settings import get_settings
 from app.policy.document import PolicyDocument
 from tests.support.billing import fill_month, policy_doc, store_policy
-from tests.support.budgets import PER_HOUR, forget_answers, steady
+from tests.support.budgets import PER_HOUR, steady
 from tests.support.routes import VIEWER, VISION_MEMBER
 
 NOW = datetime(2026, 10, 20, tzinfo=UTC)
-
-
-@pytest.fixture(autouse=True)
-def fresh_answers():
-    forget_answers()
-    yield
-    forget_answers()
 
 
 def test_month_to_date_is_the_allocation_figure_and_a_steady_month_is_forecast_exactly(session):

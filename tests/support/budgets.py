@@ -12,9 +12,7 @@ from decimal import Decimal
 
 from sqlmodel import Session
 
-from app.billing import allocation, month_forecast
 from app.core.timeutil import floor_hour, utcnow
-from app.web import overview_panels
 from tests.support.billing import fill_month, month_hours, store_policy
 
 PER_HOUR = {"search": Decimal("0.78"), "vision": Decimal("1.30"), "etl": Decimal("0.13")}
@@ -39,14 +37,3 @@ def seed_to_now(session: Session) -> tuple[str, int, int]:
     known = sum(1 for h in hours if h < now)
     fill_month(session, this, version.id, skip={i for i, h in enumerate(hours) if h >= now})
     return this, known, len(hours)
-
-
-def forget_answers() -> None:
-    """Drop cached forecasts, hour costs, allocations and overview aggregates: they are keyed by the data
-    generation and the hours' ingest stamps, which a rolled-back test hands on to the next one unchanged
-    (call it before and after a test, so it neither reads nor leaves such answers)."""
-    month_forecast._ANSWERS.clear()
-    month_forecast._HOURS.clear()
-    allocation._ANSWERS.clear()
-    allocation._ESTIMATES.clear()
-    overview_panels._CACHE.clear()  # the overview's aggregates, which the page tests render too

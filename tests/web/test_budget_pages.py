@@ -11,17 +11,10 @@ import pytest
 from app.billing import budgets
 from app.web.charts import CLASS_COLOURS, THRESHOLD_COLOUR
 from tests.support.billing import store_policy
-from tests.support.budgets import forget_answers, seed_to_now
+from tests.support.budgets import seed_to_now
 from tests.support.routes import make_user, sign_in
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(autouse=True)
-def fresh_answers():
-    forget_answers()
-    yield
-    forget_answers()
 
 
 
