@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from app.auth.cli import app as auth_app
+from app.billing.budget_alerts import budget_task
 from app.billing.cli import app as billing_app
 from app.metrics.cli import app as metrics_app
 from app.metrics.simulator.cli import app as simulator_app
@@ -18,6 +19,7 @@ from app.web.cli import app as web_app
 # Tasks the worker runs after each ingestion round (outbox deliveries): each domain above metrics adds its own.
 # Several workers run them at once: each task claims its rows first (see app.metrics.worker.run_worker).
 WORKER_TASKS: list = []
+WORKER_TASKS.append(budget_task)  # budget.threshold events, before mail plans them (app/billing/budget_alerts.py)
 WORKER_TASKS.append(mail_task)  # e-mailed statements and budget alerts (app/notify/mail_deliver.py)
 WORKER_TASKS.append(webhook_task)  # signed webhooks to admin-configured subscriptions (app/notify/webhook_deliver.py)
 app = typer.Typer(help="GPU co-location chargeback portal", no_args_is_help=True,

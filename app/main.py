@@ -7,6 +7,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app.api import allocation as api_allocation
 from app.api import billing as api_billing
+from app.api import budgets as api_budgets
 from app.api import directory as api_directory
 from app.api import mail as api_mail
 from app.api import policy as api_policy
@@ -21,6 +22,7 @@ from app.http import problems, templating
 from app.http.limits import InputLimitsMiddleware
 from app.web import allocation as web_allocation
 from app.web import billing as web_billing
+from app.web import budgets as web_budgets
 from app.web import doctor as web_doctor
 from app.web import fleet as web_fleet
 from app.web import fleet_live as web_fleet_live
@@ -71,6 +73,7 @@ def create_app() -> FastAPI:
     app.include_router(api_review.router, prefix="/api/v1")
     app.include_router(api_directory.router, prefix="/api/v1")
     app.include_router(api_mail.router, prefix="/api/v1")
+    app.include_router(api_budgets.router, prefix="/api/v1")
     app.include_router(api_webhooks.router, prefix="/api/v1")
     api_webhooks.document_events(app)  # the signed requests receivers get: the OpenAPI `webhooks` section
     app.include_router(auth_routes.api, prefix="/api/v1")
@@ -88,6 +91,7 @@ def create_app() -> FastAPI:
     app.include_router(web_overview_panels.router, dependencies=PAGES)
     app.include_router(web_doctor.router, dependencies=PAGES)
     app.include_router(web_mail.router, dependencies=PAGES)
+    app.include_router(web_budgets.router, dependencies=PAGES)
     app.include_router(web_webhooks.router, dependencies=PAGES)
     return app
 

@@ -5,6 +5,7 @@ from sqlmodel import SQLModel
 
 # Every table module, so that SQLModel.metadata is complete; here, above the domains, so core imports none.
 import app.auth.models
+import app.billing.budget_models
 import app.billing.models
 import app.core.audit
 import app.core.events

@@ -1,7 +1,8 @@
 /* Dashboard charts over days or minutes, on the vendored Chart.js. No inline scripts: each
  * <canvas data-dash-chart="ID" data-kind="..."> draws the JSON of <script type="application/json" id="ID">
  * ({labels, datasets:[{label, data, color?, ...Chart.js dataset options}]}).
- * Kinds: "stacked-bars" (default), "bars" (stacked per label), "stacked-area", "line".
+ * Kinds: "stacked-bars" (default), "bars" (stacked per label), "stacked-area", "line", "cumulative" (lines from
+ * zero: a month's running cost, its forecast and budget lines; dataset options such as borderDash pass through).
  * A null value is a day (or minute) with no data: drawn as a gap (spanGaps false), never as zero.
  * Time axes skip labels that would overlap (app.js keeps every label: it draws one row per tenant).
  * Also scrolls .heatmap-scroll regions to their newest (right-most) column.

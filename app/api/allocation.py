@@ -11,7 +11,9 @@ from app.api.schemas.allocation import Allocation
 from app.auth.deps import CurrentUser
 from app.billing.allocation import allocation as read_allocation
 from app.billing.allocation import as_json, billing_today, check_aggregate, parse_window
+from app.billing.month_forecast import window_remaining
 from app.core.deps import SessionDep
+from app.core.timeutil import utcnow
 
 router = APIRouter(tags=["allocation"])
 
@@ -31,9 +33,14 @@ def allocation(
     """Rows per group with GPU-hours (busy, dark, total), efficiency and cost; idle per pool and unallocated as rows.
 
     Whole rated months are priced from their invoice lines, the rest estimated by the same rating. A tenant
-    member sees only its own tenants' rows (no idle, unallocated or platform rows).
+    member sees only its own tenants' rows (no idle, unallocated or platform rows). For a window that runs
+    through today, tenant and department rows carry `forecast_cost`: their cost plus this month's forecast rest
+    (not with `cluster`: forecasts are per tenant over every cluster).
     """
     today, tz = billing_today()
     period = parse_window(window, today=today, tz=tz)
-    return to_json(as_json(read_allocation(session=session, window=period, aggregate=check_aggregate(aggregate),
-                                           viewer=user, tenant=tenant, cluster=cluster)))
+    answer = read_allocation(session=session, window=period, aggregate=check_aggregate(aggregate), viewer=user,
+                             tenant=tenant, cluster=cluster)
+    # The forecast is the tenant's whole fleet: a window narrowed to one cluster carries none.
+    remaining = {} if cluster else window_remaining(session=session, window=period, aggregate=aggregate, now=utcnow())
+    return to_json(as_json(answer, remaining))

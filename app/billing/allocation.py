@@ -79,6 +79,8 @@ _LINE_ROWS = {
     LineKind.RESERVED_UNUSED: (ADJUSTMENT, ""),
     LineKind.ROUNDING: (ADJUSTMENT, ""),
 }
+# The line kinds that make up a tenant's cost (its allocated row): what budgets and forecasts count too
+TENANT_COST_KINDS = frozenset(kind for kind, (row, _) in _LINE_ROWS.items() if row == ALLOCATED)
 
 
 # --- the window ------------------------------------------------------------------------------------------
@@ -454,20 +456,27 @@ def _allocation(*, session: Session, window: DateRange, aggregate: str, viewer: 
 # --- answers ---------------------------------------------------------------------------------------------
 
 
-def row_json(r: Row, currency: str) -> dict:
-    """One row as the API sends it (exact figures)."""
+def row_json(r: Row, currency: str, remaining: Decimal | None = None) -> dict:
+    """One row as the API sends it (exact figures); `remaining`: the rest of this month's forecast cost."""
+    forecast = None if remaining is None else (r.cost + remaining).quantize(cents(currency))
     return {"kind": r.kind, "name": r.name, "tenant": r.tenant or None, "busy_gpu_hours": r.busy_gpu_hours,
             "dark_gpu_hours": r.dark_gpu_hours, "gpu_hours": r.gpu_hours, "efficiency": r.efficiency,
-            "cost": r.cost, "currency": currency}
+            "cost": r.cost, "forecast_cost": forecast, "currency": currency}
 
 
-def as_json(a: Allocation) -> dict:
-    """The API's answer: the window, how each month was priced, the rows and the totals."""
+def as_json(a: Allocation, remaining: dict[str, Decimal] | None = None) -> dict:
+    """The API's answer: the window, how each month was priced, the rows and the totals.
+
+    `remaining`: per tenant (or department) the forecast cost of this month's hours not known yet, when the
+    window runs through today (`month_forecast.window_remaining`); each allocated row then carries its forecast.
+    """
+    remaining = remaining or {}
     return {
         "window": window_text(a.window), "start": a.window.start, "end": a.window.end, "aggregate": a.aggregate,
         "tenant": a.tenant or None, "cluster": a.cluster or None, "currency": a.currency, "estimated": a.estimated,
         "months": [{"month": m.month, "source": m.source, "status": m.status} for m in a.months],
-        "rows": [row_json(r, a.currency) for r in a.rows], "total": row_json(a.total, a.currency),
+        "rows": [row_json(r, a.currency, remaining.get(r.name) if r.kind == ALLOCATED else None) for r in a.rows],
+        "total": row_json(a.total, a.currency),
     }
 
 

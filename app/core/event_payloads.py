@@ -4,12 +4,12 @@ Emitters build these models, so what is stored (and delivered by webhooks and e-
 OpenAPI document's `webhooks` section describes. Payloads are small on purpose (Standard Webhooks
 recommends well under 20 kB): identifiers, totals and hashes; a receiver that needs the lines asks
 the API (`/api/v1/periods/{period}/invoices`, `/export`). Money is an exact decimal string.
-`budget.threshold` belongs to the budgets feature, which documents its own payload.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -92,10 +92,28 @@ class IngestionGap(Payload):
                          description="the cluster whose hour it is (each cluster's hours are read on their own)")
 
 
+class BudgetThreshold(Payload):
+    """A budget's threshold was reached this month: by the cost so far (basis actual) or by the month-end forecast
+    (basis forecast). One event per budget, amount, threshold, month and basis; a tenant's is tenant-scoped."""
+
+    month: str = Field(description="YYYY-MM")
+    threshold_percent: int = Field(description="the threshold reached, in percent of the budget")
+    basis: Literal["actual", "forecast"] = Field(description="actual: the cost so far; forecast: the month-end forecast")
+    amount: str = Field(description="the figure that reached it: the cost so far, or the forecast (exact decimal)")
+    budget: str = Field(description="the monthly budget (exact decimal)")
+    currency: str
+    tenant: str | None = Field(description="the tenant whose budget it is; null for a department's")
+    department: str | None = Field(description="the department (a tenant's, or the budget's own)")
+    actual: str = Field(description="the month-to-date cost when evaluated (exact decimal)")
+    forecast: str = Field(description="the month-end forecast when evaluated (exact decimal)")
+    as_of: datetime = Field(description="hours before this were known")
+
+
 PAYLOADS: dict[str, type[Payload]] = {
     "period.rated": PeriodRated,
     "period.finalized": PeriodFinalized,
     "correction.created": CorrectionCreated,
     "policy.applied": PolicyApplied,
     "ingestion.gap": IngestionGap,
+    "budget.threshold": BudgetThreshold,
 }

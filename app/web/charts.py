@@ -17,6 +17,7 @@ CLASS_COLOURS = {
     "platform": "#000000",
 }
 OTHER_COLOUR = CLASS_COLOURS["platform"]  # platform and any class not listed: "other"
+THRESHOLD_COLOUR = "#999999"  # a non-class series (dashboard.js' palette): a budget's alert thresholds
 
 
 def class_colour(klass: str) -> str:
@@ -61,3 +62,26 @@ def sparkline(values: list[Decimal | None], *, width: int = 120, height: int = 2
             parts.append("h0")
         pen_down = True
     return " ".join(parts)
+
+
+def budget_chart(points, *, klass: str, budget: Decimal | None, thresholds: list[int]) -> str:
+    """This month's cumulative cost: actual (solid, the tenant's class colour), forecast to month end (dashed, the
+    same colour), the budget (platform black) and each threshold below it (idle grey, dotted).
+
+    `points`: billing.forecast.DayPoint per day. A day with no known hour is a gap in the actual line.
+    """
+    colour = class_colour(klass)
+    labels = [p.day.isoformat() for p in points]
+    datasets = [
+        {"label": "cost so far", "data": [p.actual for p in points], "color": colour, "pointRadius": 2},
+        {"label": "forecast", "data": [p.forecast for p in points], "color": colour, "borderDash": [6, 4],
+         "pointRadius": 0},
+    ]
+    if budget is not None:
+        datasets.append({"label": "budget", "data": [budget] * len(points), "color": CLASS_COLOURS["platform"],
+                         "pointRadius": 0, "borderWidth": 2})
+        for t in thresholds:
+            if t != 100:
+                datasets.append({"label": f"{t} % of budget", "data": [budget * t / 100] * len(points),
+                                 "color": THRESHOLD_COLOUR, "borderDash": [4, 4], "pointRadius": 0, "borderWidth": 1.5})
+    return chart_json({"labels": labels, "datasets": datasets})

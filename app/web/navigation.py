@@ -20,6 +20,7 @@ NAV: list[tuple[str, str, frozenset[str] | None]] = [
     ("Fleet", "/fleet", frozenset({"admin", "operator", "reviewer", "finance", "viewer"})),
     ("SLA", "/sla", None),
     ("Billing", "/billing", None),
+    ("Budgets", "/budgets", frozenset({"admin", "finance"})),
     ("Policy", "/policy", frozenset({"admin", "operator", "reviewer", "finance", "viewer"})),
     ("Admin", "/admin/users", frozenset({"admin"})),
 ]

@@ -18,6 +18,7 @@ from app.metrics import usage_read
 from app.metrics.cluster_hours import check_cluster
 from app.metrics.date_ranges import date_range
 from app.web import overview_panels
+from app.web.budgets import overview_panel
 from app.web.charts import class_colour
 
 router = APIRouter(include_in_schema=False)
@@ -73,4 +74,5 @@ def overview(
     # Dashboard panels: cost vs last month, GPU-hours by class per day, dark time, live health and SLA partials.
     context.update(overview_panels.extras(session=session, user=user, period=period, now=now,
                                           today=now.astimezone(settings.tz).date(), cluster=cluster))
+    context.update(overview_panel(session=session, user=user))  # this month's forecasts and budgets (every cluster)
     return render(request, "overview.html", context)

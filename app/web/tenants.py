@@ -20,6 +20,7 @@ from app.metrics.tenant_usage_read import quota_use, tenant_daily
 from app.metrics.usage_read import coverage, ingested_days
 from app.policy.service import active_document
 from app.web import tenants_table
+from app.web.budgets import tenant_card as budget_card
 from app.web.charts import chart_json, sparkline
 from app.web.date_range_picker import range_context, resolve
 
@@ -120,4 +121,6 @@ def tenant_detail(
         "invoice_coverage": invoice_coverage,
         **range_context(request, rc),
     }
+    if tenant_doc is not None:  # this month's cost, forecast and budget (a tenant the policy names)
+        context.update(budget_card(session=session, tenant=tenant, klass=tenant_doc.klass))
     return render(request, "tenants/detail.html", context)

@@ -104,6 +104,13 @@ async def drive(client: httpx.AsyncClient, session) -> list[Answer]:
     await call("fay", "PUT", "/tenants/{tenant}/contacts", path={"tenant": "vision"},
                json={"emails": ["ana@vision.example"]})
     await call("fay", "GET", "/tenants/{tenant}/contacts", path={"tenant": "vision"})
+    await call("fay", "PUT", "/budgets/tenants/{tenant}", path={"tenant": "vision"}, json={"amount": "1000.00"})
+    await call("fay", "PUT", "/budgets/departments/{department}", path={"department": "research"},
+               json={"amount": "2000", "thresholds": [90]})
+    await call("fay", "GET", "/budgets", params={"include_unbudgeted": "true"})
+    await call("tim", "GET", "/budgets")
+    await call("tim", "GET", "/budgets/tenants/{tenant}", path={"tenant": "vision"})
+    await call("vic", "GET", "/budgets/departments/{department}", path={"department": "research"})
     audit = (await call("vic", "GET", "/audit", params={"limit": 5})).json()
     await call("vic", "GET", "/audit/{entry_id}", path={"entry_id": audit["items"][0]["id"]})
 

@@ -25,6 +25,10 @@ class AllocationRow(Out):
     gpu_hours: DecimalText = Field(description="busy + dark; for idle rows the capacity not used")
     efficiency: float | None = Field(description="mean engine activity over the occupied samples; null when none")
     cost: DecimalText = Field(description="reserved fee, overage and usage lines (SLA transfers and corrections excluded)")
+    forecast_cost: DecimalText | None = Field(description=(
+        "tenant and department rows of a window that runs through today: `cost` plus the month-end forecast of "
+        "this month's hours not known yet (weekday/hour pattern of the trailing four weeks, as on the tenant "
+        "page and in /api/v1/budgets); null otherwise"))
     currency: str
 
 
