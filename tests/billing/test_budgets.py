@@ -206,3 +206,35 @@ def test_an_hour_is_rated_again_only_when_it_is_ingested_again(fresh_engine):
     with Session(fresh_engine) as session:
         costs = hourly_costs(session=session, **span).by_tenant["vision"]
     assert costs[int(hour.timestamp())] == D("0.65") and costs[int(hour.timestamp()) + 3600] == D("1.30")
+
+
+def test_an_hour_is_rated_again_when_any_cluster_ingests_it_again(fresh_engine):
+    """With several clusters an hour has one ingest row each: another cluster's new ingest moves its stamp too."""
+    from sqlalchemy import update
+
+    from app.core.db import unit_of_work
+    from app.metrics.models import IngestHour, IngestStatus, UsageRollup
+
+    with unit_of_work(fresh_engine) as session:
+        steady(session, months=("2026-10",))
+    hour = datetime(2026, 10, 5, 3, tzinfo=UTC)
+    span = dict(start=datetime(2026, 10, 5, tzinfo=UTC), end=datetime(2026, 10, 6, tzinfo=UTC))
+    with unit_of_work(fresh_engine) as session:  # a second cluster's row for the hour, older than default's
+        session.add(IngestHour(cluster="west", hour=hour, status=IngestStatus.OK, attempts=1,
+                               ingested_at=datetime(2026, 10, 5, 4, tzinfo=UTC)))
+    with Session(fresh_engine) as session:
+        assert hourly_costs(session=session, **span).by_tenant["vision"][int(hour.timestamp())] == D("1.30")
+    with unit_of_work(fresh_engine) as session:  # west ingests the hour again (its rows changed with it)
+        session.execute(update(UsageRollup).where(UsageRollup.hour == hour, UsageRollup.tenant == "vision")
+                        .values(gpu_seconds=UsageRollup.gpu_seconds / 2))
+        session.execute(update(IngestHour).where(IngestHour.hour == hour, IngestHour.cluster == "west")
+                        .values(attempts=2, ingested_at=datetime(2026, 10, 6, tzinfo=UTC)))
+    with Session(fresh_engine) as session:
+        assert hourly_costs(session=session, **span).by_tenant["vision"][int(hour.timestamp())] == D("0.65")
+    with unit_of_work(fresh_engine) as session:  # and then the default cluster does (whichever row is read last)
+        session.execute(update(UsageRollup).where(UsageRollup.hour == hour, UsageRollup.tenant == "vision")
+                        .values(gpu_seconds=UsageRollup.gpu_seconds * 2))
+        session.execute(update(IngestHour).where(IngestHour.hour == hour, IngestHour.cluster == "default")
+                        .values(attempts=IngestHour.attempts + 1, ingested_at=datetime(2026, 10, 7, tzinfo=UTC)))
+    with Session(fresh_engine) as session:
+        assert hourly_costs(session=session, **span).by_tenant["vision"][int(hour.timestamp())] == D("1.30")
