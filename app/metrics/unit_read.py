@@ -52,10 +52,18 @@ def _buckets(period: DateRange, hourly: bool) -> list:
     return [(start + timedelta(hours=i)).astimezone(period.tz) for i in range(hours)]
 
 
+def pool_nodes(*, session: Session, period: DateRange, pool: str, cluster: str | None = None) -> list[str]:
+    """The nodes with unit-hours of `pool` in the range, in natural order ("node-2" before "node-10"): the heatmap's pages."""
+    where = [U.hour >= period.start_utc, U.hour < period.end_utc, U.pool == pool,
+             *([] if cluster is None else [U.cluster == cluster])]
+    return sorted(session.exec(select(U.node).where(*where).distinct()).all(), key=_natural)
+
+
 def unit_occupancy(*, session: Session, period: DateRange, pool: str, gpu: str | None = None,
-                   cluster: str | None = None) -> UnitOccupancy:
+                   cluster: str | None = None, nodes: list[str] | None = None) -> UnitOccupancy:
     """Occupancy of each GPU of `pool` (MIG instances summed), or with `gpu` (a UUID) of each of its units; of one
-    cluster's units when given (the same node name in two clusters is two nodes: their GPUs' UUIDs differ)."""
+    cluster's units when given (the same node name in two clusters is two nodes: their GPUs' UUIDs differ); of the
+    GPUs on `nodes` only when given (a page of a large pool)."""
     hourly = (period.end - period.start).days + 1 <= HOURLY_MAX_DAYS
     bucket_col = None if hourly else day_column(session, U.hour, period.tz)
     when = bucket_col if bucket_col is not None else U.hour
@@ -63,6 +71,8 @@ def unit_occupancy(*, session: Session, period: DateRange, pool: str, gpu: str |
              *([] if cluster is None else [U.cluster == cluster])]
     if gpu:
         where.append(U.gpu_uuid == gpu)
+    if nodes is not None:
+        where.append(U.node.in_(nodes))
     # One scan: per unit row and bucket, split by the holder tenants (a handful of combinations per row).
     extra = [U.gpu_instance, U.mig_profile] if gpu else []
     rows = session.exec(

@@ -84,6 +84,34 @@ async def test_heatmap_goes_down_to_a_gpu_and_its_mig_instances(client, session,
     assert unknown.status_code == 200 and "No unit-hours ingested" in unknown.text
 
 
+async def test_a_large_pool_is_shown_a_page_of_nodes_at_a_time(client, session, simulated, monkeypatch):
+    """Each page lists the GPUs of its nodes only; the pages together list every GPU once; links keep the range,
+    the pool and the cluster; a page past the end shows the last; page 0 is refused with a readable error."""
+    from app.web import fleet
+
+    monkeypatch.setattr(fleet, "NODES_PER_PAGE", 1)
+    sign_in(client, session, make_user(session, "vic", "viewer"))
+    sim, query = simulated["sim"], simulated["query"]
+    nodes = sorted((n for n in sim.topology.nodes if n.pool == "mixed-a100"), key=lambda n: n.name)
+    assert len(nodes) >= 2, "the simulated pool needs two nodes for this test"
+    cluster = get_settings().cluster_names()[0]
+    seen: list[str] = []
+    for number in range(1, len(nodes) + 1):
+        page = await client.get(f"/fleet?{query}&pool=mixed-a100&cluster={cluster}&page={number}")
+        assert page.status_code == 200
+        rows = re.findall(r'<div class="heat-row"><a href="[^"]*gpu=([^&"]+)', page.text)
+        assert rows and {g.uuid for g in nodes[number - 1].gpus} == set(rows)
+        assert f"page {number} of {len(nodes)}" in page.text
+        seen += rows
+        if number < len(nodes):
+            assert re.search(rf'href="/fleet\?start=[^"]*pool=mixed-a100&amp;cluster={cluster}&amp;page={number + 1}" rel="next"',
+                             page.text)
+    assert sorted(seen) == sorted(g.uuid for n in nodes for g in n.gpus)
+    last = await client.get(f"/fleet?{query}&pool=mixed-a100&page=999")
+    assert f"page {len(nodes)} of {len(nodes)}" in last.text and 'rel="next"' not in last.text
+    assert (await client.get(f"/fleet?{query}&pool=mixed-a100&page=0")).status_code == 422
+
+
 async def test_memory_headroom_is_measured_from_stored_peaks(client, session, simulated):
     sign_in(client, session, make_user(session, "vic", "viewer"))
     page = await client.get(f"/fleet?{simulated['query']}")
