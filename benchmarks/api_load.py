@@ -17,6 +17,9 @@ neighbouring healthz phases' p99 (goal <= 3x) and the error count (goal 0).
 (1, N, 1, N: a neighbour's load drifts), the same invoice load on each after a warm-up, and prints
 the throughput ratio (goal >= 1.7x for 2) with what it cost: CPU-seconds per request of the server
 processes (all workers, from /proc) and of this load generator, which runs on the same machine.
+`--load-generator wrk` drives the measured phases with wrk (Debian's `wrk`, C, one thread, `--duration` s each)
+instead of this process's httpx client: a load generator that costs a fraction of a millisecond per request
+leaves the cores to the server.
 """
 
 from __future__ import annotations
@@ -25,7 +28,10 @@ import argparse
 import asyncio
 import multiprocessing
 import os
+import re
 import resource
+import shutil
+import subprocess
 import sys
 import time
 from contextlib import ExitStack
@@ -146,19 +152,61 @@ def client_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
+
+
+def _ms(value: str) -> float:
+    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", value).groups()
+    return float(number) * _UNITS[unit]
+
+
+def wrk_phase(base: str, path: str, token: str, args) -> dict:
+    """One measured phase driven by wrk; its summary parsed into the same fields as `load`'s."""
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{args.concurrency}", f"-d{args.duration}s", "--latency", "--timeout", "60s",
+         "-H", f"Authorization: Bearer {token}", base + path],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    done = int(re.search(r"(\d+) requests in", out).group(1))
+    bad = int(m.group(1)) if (m := re.search(r"Non-2xx or 3xx responses: (\d+)", out)) else 0
+    socket = sum(map(int, m.groups())) if (m := re.search(
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)) else 0
+    latency = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+(?:us|ms|s|m))\s*$", out, re.M))
+    if len(latency) != 2:
+        raise SystemExit(f"wrk printed no latency distribution:\n{out}")
+    return {"n": done, "errors": bad + socket, "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+            "p50": _ms(latency["50"]), "p99": _ms(latency["99"]),
+            "kinds": {"non-2xx": bad, "socket": socket} if bad + socket else {}}
+
+
 async def measured(base: str, pid: int, url: str, token: str, args) -> dict:
-    """Warm every worker up, then one invoice phase with the CPU it cost the server, PostgreSQL and this client."""
+    """Warm every worker up, then one invoice phase with the CPU it cost the server, PostgreSQL and the load
+    generator (this process's httpx client, or wrk)."""
     limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency,
                           keepalive_expiry=2.0)
     path, auth = f"/api/v1/periods/{args.month}/invoices?limit=100", {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
         await load(client, path, auth, requests=args.concurrency * 2, concurrency=args.concurrency, time_cap=args.time_cap)
-        before, client0 = cpu_snapshot(pid, url), client_cpu_seconds()
-        r = await load(client, path, auth, requests=args.requests, concurrency=args.concurrency, time_cap=args.time_cap)
-        after = cpu_snapshot(pid, url)
-        for part in ("server", "database"):
-            r[f"{part}_cpu_ms"] = cpu_spent(before[part], after[part]) * 1000 / r["n"]
-        r["client_cpu_ms"] = (client_cpu_seconds() - client0) * 1000 / r["n"]
+    before = cpu_snapshot(pid, url)
+    if args.load_generator == "wrk":
+        client0 = children_cpu_seconds()
+        r = wrk_phase(base, path, token, args)
+        client_s = children_cpu_seconds() - client0
+    else:
+        async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
+            client0 = client_cpu_seconds()
+            r = await load(client, path, auth, requests=args.requests, concurrency=args.concurrency,
+                           time_cap=args.time_cap)
+            client_s = client_cpu_seconds() - client0
+    after = cpu_snapshot(pid, url)
+    for part in ("server", "database"):
+        r[f"{part}_cpu_ms"] = cpu_spent(before[part], after[part]) * 1000 / r["n"]
+    r["client_cpu_ms"] = client_s * 1000 / r["n"]
     return r
 
 
@@ -216,7 +264,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="invoice phases (each followed by a healthz phase)")
     parser.add_argument("--allocation", action="store_true", help="also load GET /api/v1/allocation (tenant, namespace)")
     parser.add_argument("--workers", type=int, default=1, help="N > 1: compare `chargeback serve --workers N` with 1")
+    parser.add_argument("--load-generator", choices=("httpx", "wrk"), default="httpx",
+                        help="with --workers: what drives the measured phases")
+    parser.add_argument("--duration", type=int, default=20, help="seconds per wrk phase")
     args = parser.parse_args()
+    if args.load_generator == "wrk" and not shutil.which("wrk"):
+        raise SystemExit("--load-generator wrk needs wrk on PATH (Debian: apt-get install wrk)")
 
     url = create_database()
     stack = ExitStack()
