@@ -120,11 +120,13 @@ def _issue(period: str) -> None:
     from app.core.db import get_engine
 
     with Progress(TextColumn("issuing {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=False) as bar:
+                  console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task(period, total=None)
 
         def progress(done: int, total: int, name: str) -> None:
             bar.update(task, completed=done, total=total, description=f"{period}: {escape(name)}")
+            if not err.is_terminal:  # a log or a pipe gets a line per document instead of a bar
+                err.print(f"issued {done}/{total} {escape(name)}", soft_wrap=True)
 
         try:
             done = issuing.issue_period(engine=get_engine(), month=period, actor=_actor(), progress=progress)

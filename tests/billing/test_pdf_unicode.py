@@ -78,3 +78,34 @@ def test_a_missing_font_names_its_debian_package(monkeypatch, tmp_path):
             pdf._Doc("x")
     finally:
         pdf.font_path.cache_clear()
+
+
+
+def test_invoices_of_an_issuing_run_are_the_same_bytes_from_the_cut_down_fonts(session, tmp_path, monkeypatch):
+    """Within shared_fonts() an invoice starts from DejaVu cut to SHARED_RANGES: the same bytes as from the full
+    font (accents, Greek, Cyrillic, currency, arrows); one with a character beyond the cut (Chinese, Arabic) is
+    drawn again from the full fonts."""
+    from app.billing.invoices import load_view
+
+    departments = {"search": "Ωμέγα – Щука", "vision": CHINESE, "etl": ACCENTS + " € →"}
+    tenants = [{**t, "namespaces": list(t["namespaces"]), "department": departments[t["name"]]} for t in SPEC_TENANTS]
+    v = store_policy(session, policy_doc(tenants=tenants))
+    add_hour(session, hour=datetime(2026, 10, 1, tzinfo=UTC), version=v.id, usage=USAGE, breaches=())
+    row = periods.rate(session=session, period="2026-10", actor="fin")
+    view = exports._detached_view(load_view(session=session, period=row))
+    full = {t: pdf.render_invoice_pdf(view, t) for t in view.tenants}
+    drawn, document = [], pdf._document
+
+    def recorded(view, title, shared=False):
+        drawn.append((title.rsplit(" - ", 1)[1], shared))
+        return document(view, title, shared)
+
+    monkeypatch.setattr(pdf, "_document", recorded)
+    with pdf.shared_fonts():
+        shared = {t: pdf.render_invoice_pdf(view, t) for t in view.tenants}
+    assert shared == full
+    again = {t for t, s in drawn if not s}
+    assert again == {CHINESE, ARABIC, "vision"}  # vision's department is Chinese
+    assert {t for t, s in drawn if s} == set(view.tenants)
+    assert "Department: Ωμέγα – Щука" in _text(tmp_path, shared["search"])
+    assert f"Department: {ACCENTS} € →" in _text(tmp_path, shared["etl"])
