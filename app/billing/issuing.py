@@ -8,7 +8,7 @@ all in one transaction: a crash or a failing render leaves the period pending, w
 worker round issues it from the start.
 
 Several workers run `issue_task` at once. On PostgreSQL the period row is claimed with
-`SELECT ... FOR UPDATE SKIP LOCKED` and held for the whole issuing transaction: another worker skips
+`SELECT ... FOR NO KEY UPDATE SKIP LOCKED` and held for the whole issuing transaction: another worker skips
 it (and issues the next pending month, if any). On SQLite the documents are rendered without the
 write lock (rendering a large month takes minutes, and every other writer would wait), then the
 write lock is taken and the period read again: stored only if it is still pending. Either way a
@@ -74,7 +74,8 @@ def issue(*, session: Session, month: str, actor: str = WORKER, progress: issued
     skipped when another worker holds it), render them, store them, emit. None when there is nothing to do."""
     statement = _pending().where(BillingPeriod.month == month)
     if is_postgres(session):
-        statement = statement.with_for_update(skip_locked=True)
+        # NO KEY UPDATE: held for minutes, it must not block inserts that merely reference the row (FOR KEY SHARE).
+        statement = statement.with_for_update(skip_locked=True, key_share=True)
     row = session.execute(statement).scalars().first()
     if row is None:
         return None
