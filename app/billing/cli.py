@@ -167,7 +167,7 @@ def export_command(
     fmt: str = typer.Option("csv", "--format", help="csv | focus | pdf"),
     out_path: Path = typer.Option(..., "--out", help="file to write ('-' for stdout)"),
 ) -> None:
-    """Write PERIOD's export (CSV, FOCUS 1.2 CSV or PDF) to a file: once finalized, the document issued at close."""
+    """Write PERIOD's export (CSV, FOCUS 1.2 CSV or PDF) to a file: once finalized, the document issued after close."""
     from app.billing import exports, issued
     from app.billing.period import rated_period
     from app.core.db import unit_of_work
