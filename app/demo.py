@@ -106,12 +106,15 @@ def _ensure_admin(*, engine) -> str | None:
 
 def keep_ingesting(*, settings: Settings, stop: threading.Event) -> threading.Thread:
     """A background worker so that the demo keeps up as the simulated cluster runs on."""
+    from app.billing.issuing import issue_task
     from app.metrics.worker import run_worker
 
     sources = {c: sim.source() for c, sim in simulators(settings).items()}
     thread = threading.Thread(
         target=run_worker, name="demo-worker", daemon=True,
-        kwargs={"engine": get_engine(), "sources": sources, "settings": settings, "poll_seconds": 60, "stop": stop},
+        # A month closed in the demo gets its documents from this worker's next round.
+        kwargs={"engine": get_engine(), "sources": sources, "settings": settings, "poll_seconds": 60, "stop": stop,
+                "tasks": [issue_task]},
     )
     thread.start()
     return thread

@@ -8,9 +8,12 @@ rating and closing only), then times, in the same run:
   baseline  one SQL GROUP BY over the month's usage rollups (what reading the inputs costs)
   load      streaming the month through the loader (RatingHour objects) without rating
   rate      `periods.rate` (load + rate + store lines), committed
-  close     `periods.close` as before migration 0011 (CSV/FOCUS/PDF hashed only), rolled back, then as now
-            (re-rate + store + every issued document: exports, invoice PDFs, report PDF + audit), committed
-and prints each relative to the baseline, plus peak RSS.
+  close     `periods.close`, the finalize step (re-rate + store lines + status + audit), committed
+  issue     the worker's issuing step (`issuing.issue_period`): every document rendered from the stored
+            lines (CSV, FOCUS, period PDF, each tenant's invoice PDF, report PDF), stored, hashes set,
+            `period.finalized` emitted, committed
+and prints each relative to the baseline, plus the CPU of one invoice PDF from the full fonts and
+from the issuing run's cut-down fonts (same bytes, checked), and peak RSS.
 """
 
 from __future__ import annotations
@@ -216,6 +219,7 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=8192)
     parser.add_argument("--month", default="2026-10")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument("--pdf-sample", type=int, default=40, help="tenants whose invoice PDF is timed both ways")
     args = parser.parse_args()
 
     from app.core.migrate import upgrade
@@ -268,33 +272,45 @@ def run(url: str, args) -> None:
 
     t_rate, _ = _timed(rate, "rate")
 
-    def close_hashes_only():
-        """The close as it was before issued documents (render the three exports, keep their hashes), rolled back."""
-        from sqlmodel import Session
-
-        from app.billing import exports, issued
-        from app.billing.invoices import load_view
-
-        def hashes_only(*, session, period):
-            view = exports._detached_view(load_view(session=session, period=period))
-            return {fmt: issued.sha256(fn(view)) for fmt, fn in exports._RENDERERS.items()}
-
-        keep, issued.issue = issued.issue, hashes_only
-        try:
-            with Session(engine) as s:
-                periods.close(session=s, period=args.month, actor="bench")
-                s.rollback()
-        finally:
-            issued.issue = keep
-
     def close():
         with unit_of_work(engine) as s:
             return periods.close(session=s, period=args.month, actor="bench").status
 
-    t_hashes, _ = _timed(close_hashes_only, "close_hashes")
     t_close, status = _timed(close, "close")
+
+    def pdf_costs():
+        """CPU per invoice PDF from the same view, full fonts (each document parses and subsets all of DejaVu, as
+        close did before issue 15) against the issuing run's cut-down fonts; checks the bytes are the same."""
+        from app.billing import exports, pdf
+        from app.billing.invoices import load_view
+        from app.billing.period import get_period
+
+        with unit_of_work(engine) as s:
+            view = exports._detached_view(load_view(session=s, period=get_period(session=s, month=args.month)))
+        sample = view.tenants[: args.pdf_sample]
+        c0 = time.process_time()
+        full = [pdf.render_invoice_pdf(view, t) for t in sample]
+        c1 = time.process_time()
+        with pdf.shared_fonts():
+            pdf.render_invoice_pdf(view, sample[0])  # the once-per-process cut, counted apart
+            c2 = time.process_time()
+            shared = [pdf.render_invoice_pdf(view, t) for t in sample]
+        c3 = time.process_time()
+        assert shared == full, "the cut-down fonts changed an invoice's bytes"
+        return (c1 - c0) / len(sample), (c3 - c2) / len(sample), c2 - c1
+
+    per_full, per_shared, cut = pdf_costs()
+
+    def issue():
+        from app.billing import issuing
+
+        return issuing.issue_period(engine=engine, month=args.month, actor="bench")
+
+    t_issue, done = _timed(issue, "issue")
     with engine.connect() as conn:
         lines = conn.execute(text("SELECT count(*) FROM charge_line")).scalar()
+        docs, size = conn.execute(text("SELECT count(*), coalesce(sum(length(content)), 0) FROM issued_document")).one()
+        events = conn.execute(text("SELECT count(*) FROM event WHERE type = 'period.finalized'")).scalar()
     engine.dispose()
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"fleet: {args.tenants} tenants, {args.pools} pools, {args.gpus:,} GPUs, month {args.month}")
@@ -303,13 +319,16 @@ def run(url: str, args) -> None:
     print(f"baseline GROUP BY : {t_base:7.2f} s wall   1.0x")
     print(f"load (no rating)  : {t_load:7.2f} s wall  {t_load / t_base:5.1f}x   python CPU {CPU['load']:6.2f} s")
     print(f"rate              : {t_rate:7.2f} s wall  {t_rate / t_base:5.1f}x   python CPU {CPU['rate']:6.2f} s   (goal <= 3x)")
-    print(f"close, hashes only: {t_hashes:7.2f} s wall  {t_hashes / t_base:5.1f}x   python CPU {CPU['close_hashes']:6.2f} s   (before 0011: re-rate + 3 exports hashed; rolled back)")
-    print(f"close             : {t_close:7.2f} s wall  {t_close / t_base:5.1f}x   python CPU {CPU['close']:6.2f} s   (re-rate + exports, invoice and report PDFs stored)")
-    with engine.connect() as conn:
-        docs, size = conn.execute(text("SELECT count(*), coalesce(sum(length(content)), 0) FROM issued_document")).one()
-    print(f"close with documents / hashes only: {t_close / t_hashes:.1f}x wall, {CPU['close'] / CPU['close_hashes']:.1f}x CPU; "
-          f"{docs:,} documents stored, {size / 2**20:,.1f} MiB")
-    print(f"peak RSS (rate + close process): {peak_mib:,.0f} MiB")
+    print(f"close (finalize)  : {t_close:7.2f} s wall  {t_close / t_base:5.1f}x   python CPU {CPU['close']:6.2f} s   "
+          f"(re-rate + store lines + status + audit; goal <= 4x)")
+    print(f"issue (worker)    : {t_issue:7.2f} s wall  {t_issue / t_base:5.1f}x   python CPU {CPU['issue']:6.2f} s   "
+          f"({done.documents:,} documents rendered from the stored lines and stored, {size / 2**20:,.1f} MiB; "
+          f"{docs:,} in the table; period.finalized events: {events})")
+    print(f"issue per document: {t_issue / done.documents * 1000:7.1f} ms wall, "
+          f"{CPU['issue'] / done.documents * 1000:.1f} ms python CPU")
+    print(f"invoice PDF CPU, {args.pdf_sample} tenants: full fonts {per_full * 1000:.1f} ms each, cut-down fonts "
+          f"{per_shared * 1000:.1f} ms each ({per_full / per_shared:.1f}x less; same bytes); the cut itself {cut:.2f} s once")
+    print(f"peak RSS (rate + close + issue process): {peak_mib:,.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,16 @@
 """Reliability under faults: what survives kill -9, a failing Prometheus, refused commits and floods.
 
-Run:  .venv/bin/python benchmarks/reliability.py [--kills 8] [--flood 640] [--skip-postgres]
+Run:  .venv/bin/python benchmarks/reliability.py [--kills 8] [--flood 640] [--skip-postgres] [--only 12]
 
 Faults tried, each against real processes (the `chargeback` CLI, uvicorn, Debian's prometheus,
 PostgreSQL from CHARGEBACK_TEST_PG_URL) and each printed as counts:
   1. kill -9 of `chargeback ingest` (simulator source, SQLite) at spread-out moments, then a rerun:
      partial hours, integrity, and totals against an uninterrupted run.
-  2. kill -9 of `chargeback close` at spread-out moments: the period is rated or finalized, never
-     in between (a finalized one has its issued documents, a rated one none); a finalized
-     period's export matches its stored hash; a rerun finalizes.
+  2. kill -9 of `chargeback close` (finalize, then issue in a second transaction) at spread-out
+     moments: the period is rated, finalized with its documents pending, or finalized and issued,
+     never in between (no document or event before all of them; one period.finalized event); an
+     issued period's export matches its stored hash; a rerun of close (rated) or `chargeback
+     issue` (pending, what the worker runs) completes it, and a further one issues nothing twice.
   3. Prometheus stopped before the n-th query of an ingest, or the n-th answer spoiled by a proxy
      (HTTP 503, an HTML error page, the connection cut mid-body), for every n: hours stored whole
      or recorded as gaps, and all filled (equal to an uninterrupted ingest) by the retry.
@@ -154,7 +156,21 @@ def kill_after(proc, delay_s: float, out: Counter) -> None:
 # ---- 2. kill -9 during close -------------------------------------------------------------------
 
 
+def _close_state(path: Path) -> tuple[str, str | None, int, int]:
+    """(status, csv hash, issued documents, period.finalized events) of MONTH in the SQLite file."""
+    with sqlite3.connect(path) as db:
+        status, csv_hash = db.execute("SELECT status, csv_sha256 FROM billing_period WHERE month = ?",
+                                      (MONTH,)).fetchone()
+        documents = db.execute("SELECT count(*) FROM issued_document JOIN billing_period ON billing_period.id ="
+                               " issued_document.period_id WHERE month = ?", (MONTH,)).fetchone()[0]
+        events = db.execute("SELECT count(*) FROM event WHERE type = 'period.finalized'").fetchone()[0]
+    return status, csv_hash, documents, events
+
+
 def kill_during_close(work: Path, kills: int) -> dict:
+    """`chargeback close` finalizes (one transaction), then issues the documents (a second one). Killed at any
+    moment, the month is rated (nothing of the close), finalized with every document pending (no hash, no
+    document, no event), or finalized and issued (hashes, every document, one event); never in between."""
     rated = work / "rated.db"
     shutil.copy(work / "clean.db", rated)
     assert run_cli(f"sqlite:///{rated}", "rate", "--period", MONTH) == 0
@@ -163,32 +179,41 @@ def kill_during_close(work: Path, kills: int) -> dict:
     t0 = time.monotonic()
     assert run_cli(f"sqlite:///{probe}", "close", "--period", MONTH, "--accept-gaps", "--reason", "bench") == 0
     duration = time.monotonic() - t0
-    out = Counter(trials=0, killed_mid_run=0, left_rated=0, left_finalized=0, inconsistent=0, hash_mismatch=0,
-                  finalized_by_rerun=0)
+    expected = _close_state(probe)[2]
+    out = Counter(trials=0, killed_mid_run=0, left_rated=0, left_pending=0, left_issued=0, inconsistent=0,
+                  hash_mismatch=0, finalized_by_rerun=0, issued_by_rerun=0, issued_twice=0)
+
+    def issued_whole(path: Path) -> bool:
+        status, csv_hash, documents, events = _close_state(path)
+        return status == "finalized" and csv_hash is not None and documents == expected and events == 1
+
     for i in range(kills):
         path = work / f"close-{i}.db"
         shutil.copy(rated, path)
         url = f"sqlite:///{path}"
         kill_after(cli(url, "close", "--period", MONTH, "--accept-gaps", "--reason", "bench"),
                    moment(duration, i, kills), out)
-        with sqlite3.connect(path) as db:
-            status, csv_hash = db.execute("SELECT status, csv_sha256 FROM billing_period WHERE month = ?",
-                                          (MONTH,)).fetchone()
-            documents = db.execute("SELECT count(*) FROM issued_document JOIN billing_period ON billing_period.id ="
-                                   " issued_document.period_id WHERE month = ?", (MONTH,)).fetchone()[0]
-        if status == "finalized":
-            out["left_finalized"] += 1
-            out["inconsistent"] += documents == 0  # finalized without its issued documents
+        status, csv_hash, documents, events = _close_state(path)
+        if status == "finalized" and csv_hash is None:
+            out["left_pending"] += 1
+            out["inconsistent"] += documents > 0 or events > 0  # half an issue, or an event before its documents
+            out["issued_by_rerun"] += run_cli(url, "issue") == 0 and issued_whole(path)  # what the worker runs
+        elif status == "finalized":
+            out["left_issued"] += 1
+            out["inconsistent"] += not issued_whole(path)
             exported = work / f"close-{i}.csv"
             assert run_cli(url, "export", "--period", MONTH, "--format", "csv", "--out", str(exported)) == 0
             out["hash_mismatch"] += hashlib.sha256(exported.read_bytes()).hexdigest() != csv_hash
         elif status == "rated":
             out["left_rated"] += 1
-            out["inconsistent"] += csv_hash is not None or documents > 0  # half a close
+            out["inconsistent"] += csv_hash is not None or documents > 0 or events > 0  # half a close
             out["finalized_by_rerun"] += run_cli(url, "close", "--period", MONTH, "--accept-gaps",
-                                                 "--reason", "bench") == 0
+                                                 "--reason", "bench") == 0 and issued_whole(path)
         else:
             out["inconsistent"] += 1
+        assert run_cli(url, "issue") == 0  # a later worker round: nothing more to issue
+        out["issued_twice"] += _close_state(path)[2:] != (expected, 1)
+    out["documents_per_close"] = expected
     out["uninterrupted_close_s"] = round(duration, 1)
     return dict(out)
 
@@ -522,15 +547,24 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=8, help="kill -9 trials per scenario")
     parser.add_argument("--flood", type=int, default=640, help="mixed requests in the request flood")
     parser.add_argument("--skip-postgres", action="store_true")
+    parser.add_argument("--only", default="12345", help="scenarios to run, e.g. 12 (2 needs 1's database)")
+    parser.add_argument("--ingest-kills", type=int, default=None, help="kill -9 trials of scenario 1 (default --kills)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="chargeback-reliability-"))
+    only = set(args.only) | ({"1"} if "2" in args.only else set())
     try:
-        results = {"1. kill -9 during ingest": kill_during_ingest(work, args.kills),
-                   "2. kill -9 during close": kill_during_close(work, args.kills),
-                   "3. Prometheus failing mid-ingest": prometheus_failures(work)}
-        if not args.skip_postgres:
+        results = {}
+        if "1" in only:
+            results["1. kill -9 during ingest"] = kill_during_ingest(
+                work, args.kills if args.ingest_kills is None else args.ingest_kills)
+        if "2" in only:
+            results["2. kill -9 during close"] = kill_during_close(work, args.kills)
+        if "3" in only:
+            results["3. Prometheus failing mid-ingest"] = prometheus_failures(work)
+        if "4" in only and not args.skip_postgres:
             results["4. refused COMMIT (PostgreSQL), token creation"] = refused_commits(work)
-        results["5. floods (SQLite, one uvicorn)"] = floods(work, args.flood)
+        if "5" in only:
+            results["5. floods (SQLite, one uvicorn)"] = floods(work, args.flood)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for name, counts in results.items():

@@ -120,7 +120,8 @@ def get_checklist(period: str, session: SessionDep, _: Staff) -> dict:
 
 
 @router.get("/periods/{period}/export", response_class=Response,
-            responses={200: {"content": {"text/csv": {}, "application/pdf": {}}}, 304: {"description": "Not modified"}})
+            responses={200: {"content": {"text/csv": {}, "application/pdf": {}}}, 304: {"description": "Not modified"},
+                       503: {"description": "Finalized, documents still being issued (Retry-After)"}})
 def export(
     period: str,
     request: Request,
@@ -128,8 +129,9 @@ def export(
     _: Finance,
     format: Annotated[Literal["csv", "focus", "pdf"], Query(description="csv | focus (FOCUS 1.2) | pdf")] = "csv",
 ) -> Response:
-    """The period as CSV, FOCUS 1.2 CSV or PDF. A finalized period's is the document issued at close, byte for
-    byte; its SHA-256 is the ETag and X-Content-SHA256 (X-Document: issued | live | re-rendered)."""
+    """The period as CSV, FOCUS 1.2 CSV or PDF. A finalized period's is the document issued after close, byte for
+    byte; its SHA-256 is the ETag and X-Content-SHA256 (X-Document: issued | live | re-rendered). While the
+    worker is still issuing it: 503 problem+json with Retry-After."""
     row = rated_period(session=session, month=period)
     served = issued.serve(session=session, period=row, kind=format)
     return download(request, served.content, media_type=exports.media_type(format),
@@ -152,7 +154,8 @@ def close(
     body: Annotated[CloseRequest | None, Body()] = None,
 ) -> dict:
     """Finalize the period (409 when incomplete without accept_gaps, with unpooled GPUs without accept_unpooled,
-    or already finalized).
+    or already finalized). The answer says `documents: pending`: the worker issues the documents from the
+    stored lines next, sets `hashes`, and only then sends `period.finalized`.
 
     With an `Idempotency-Key` header a retry gets the first answer again instead of a 409.
     """

@@ -1,7 +1,7 @@
-"""`chargeback rate | close | export | verify | correct`: finance's billing commands (mounted at top level).
+"""`chargeback rate | close | issue | export | verify | correct`: finance's billing commands (mounted at top level).
 
-Business errors print a clear message and exit non-zero (2 invalid input, 3 conflict, 4 not found),
-never a traceback.
+Business errors print a clear message and exit non-zero (2 invalid input, 3 conflict, 4 not found,
+5 documents still being issued), never a traceback.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ app = typer.Typer(help="billing commands", no_args_is_help=True)
 out = Console()
 err = Console(stderr=True)
 
-EXIT_CODES = {404: 4, 409: 3, 422: 2}
+EXIT_CODES = {404: 4, 409: 3, 422: 2, 503: 5}  # 503: documents still being issued
 
 
 @contextmanager
@@ -91,8 +91,10 @@ def close_command(
         False, "--accept-unpooled", help="finalize although GPUs on nodes no policy pool names stay unpriced"
     ),
     reason: str = typer.Option(None, "--reason", help="why (required with --accept-gaps or --accept-unpooled)"),
+    issue: bool = typer.Option(True, "--issue/--no-issue",
+                               help="issue the documents right after finalizing (else the worker issues them)"),
 ) -> None:
-    """Finalize PERIOD: re-rate, store lines and export hashes in one transaction."""
+    """Finalize PERIOD (re-rate, store lines, one transaction), then issue its documents (a second one)."""
     from app.billing import periods
     from app.core.db import unit_of_work
 
@@ -103,10 +105,60 @@ def close_command(
                 accept_unpooled=accept_unpooled, reason=reason,
             )
             out.print(_lines_table(session, row))
-            hashes = {"csv": row.csv_sha256, "focus": row.focus_sha256, "pdf": row.pdf_sha256}
     out.print(f"[green]finalized[/] {period}")
-    for fmt, digest in hashes.items():
+    if not issue:
+        out.print("documents pending: the worker issues them (`chargeback issue` does it now)")
+        return
+    _issue(period)
+
+
+def _issue(period: str) -> None:
+    """Issue PERIOD's pending documents with a progress bar, and print the export hashes."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from app.billing import issuing
+    from app.core.db import get_engine
+
+    with Progress(TextColumn("issuing {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task(period, total=None)
+
+        def progress(done: int, total: int, name: str) -> None:
+            bar.update(task, completed=done, total=total, description=f"{period}: {escape(name)}")
+            if not err.is_terminal:  # a log or a pipe gets a line per document instead of a bar
+                err.print(f"issued {done}/{total} {escape(name)}", soft_wrap=True)
+
+        try:
+            done = issuing.issue_period(engine=get_engine(), month=period, actor=_actor(), progress=progress)
+        except Exception as exc:  # the finalized lines are committed; the documents stay pending, whole
+            err.print(f"[bold red]Issuing {period} failed:[/] {escape(str(exc))}. Its documents stay pending; "
+                      "the worker (or `chargeback issue`) issues them again.")
+            raise typer.Exit(1) from None
+    if done is None:
+        out.print(f"{period}: no documents pending here (issued already, or a worker is issuing them now)")
+        return
+    out.print(f"[green]issued[/] {done.documents} documents of {period}")
+    for fmt, digest in done.sha256.items():
         out.print(f"  sha256 {fmt:5} {digest}")
+
+
+@app.command("issue")
+def issue_command(period: str = typer.Option(None, "--period", help="YYYY-MM (default: every pending month)")) -> None:
+    """Issue the documents of a finalized PERIOD still pending (what the worker does after each round)."""
+    from sqlmodel import Session
+
+    from app.billing import issuing
+    from app.core.db import get_engine
+
+    with Session(get_engine()) as session:
+        months = issuing.pending_months(session)
+    if period is not None:
+        months = [m for m in months if m == period]
+    if not months:
+        out.print("no finalized month has documents pending" + (f" ({period})" if period else ""))
+        return
+    for month in months:
+        _issue(month)
 
 
 @app.command("export")
@@ -115,7 +167,7 @@ def export_command(
     fmt: str = typer.Option("csv", "--format", help="csv | focus | pdf"),
     out_path: Path = typer.Option(..., "--out", help="file to write ('-' for stdout)"),
 ) -> None:
-    """Write PERIOD's export (CSV, FOCUS 1.2 CSV or PDF) to a file: once finalized, the document issued at close."""
+    """Write PERIOD's export (CSV, FOCUS 1.2 CSV or PDF) to a file: once finalized, the document issued after close."""
     from app.billing import exports, issued
     from app.billing.period import rated_period
     from app.core.db import unit_of_work

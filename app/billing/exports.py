@@ -1,7 +1,8 @@
 """Period exports: CSV (one row per line), FOCUS 1.2 CSV and PDF. Bytes depend only on stored lines.
 
 Nothing here reads the clock or row ids, so re-rating unchanged inputs gives byte-identical files.
-`close` stores what these render (app/billing/issued.py); a finalized period is served from there.
+The issuing step after close stores what these render (app/billing/issued.py); a finalized period is
+served from there.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ import csv
 import io
 import json
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
+from functools import partial
 from types import SimpleNamespace
 
 from sqlmodel import Session
@@ -95,16 +98,23 @@ def render_invoice(*, session: Session, period: BillingPeriod, tenant: str) -> b
     return pdf.render_invoice_pdf(view, tenant)
 
 
-def render_period(*, session: Session, period: BillingPeriod) -> dict[tuple[str, str], bytes]:
-    """Every export format and each tenant's invoice PDF, keyed (kind, tenant), from one read of the lines.
+def period_documents(*, session: Session, period: BillingPeriod) -> list[tuple[tuple[str, str], Callable[[], bytes]]]:
+    """Every export format and each tenant's invoice PDF, keyed (kind, tenant), each a render to call,
+    all from one read of the lines.
 
-    What close issues (app/billing/issued.py); tenant is "" for the period-wide formats.
+    What the issuing step stores (app/billing/issued.py); tenant is "" for the period-wide formats.
     """
     view = _detached_view(load_view(session=session, period=period))
-    out = {(fmt, ""): fn(view) for fmt, fn in _RENDERERS.items()}
-    for tenant in view.tenants:
-        out[(DocumentKind.INVOICE_PDF.value, tenant)] = pdf.render_invoice_pdf(view, tenant)
-    return out
+    plan: list[tuple[tuple[str, str], Callable[[], bytes]]] = [
+        ((fmt, ""), partial(fn, view)) for fmt, fn in _RENDERERS.items()]
+    plan += [((DocumentKind.INVOICE_PDF.value, tenant), partial(pdf.render_invoice_pdf, view, tenant))
+             for tenant in view.tenants]
+    return plan
+
+
+def render_period(*, session: Session, period: BillingPeriod) -> dict[tuple[str, str], bytes]:
+    """Every export format and each tenant's invoice PDF, rendered, keyed (kind, tenant)."""
+    return {key: render() for key, render in period_documents(session=session, period=period)}
 
 
 def _iso(dt: datetime) -> str:

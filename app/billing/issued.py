@@ -1,26 +1,58 @@
-"""Issued documents: what a finalized period issued, stored at close and served byte for byte after.
+"""Issued documents: what a finalized period issued, stored by the issuing step and served byte for byte after.
 
-`issue` renders every document of the period inside close's transaction, so the caller's unit of
-work commits them together with the finalized status, or neither. `serve` answers a download: a
-finalized period's stored bytes (whatever the renderers have become since), an open or rated
-period's live render, and, for a period finalized before migration 0011 stored documents (hashes
-only), a live re-render marked as one, with the hash stored at issue beside it.
+Close finalizes in one short transaction and leaves the period's documents *pending* (a finalized
+row without export hashes). The issuing step (app/billing/issuing.py, run by the worker or right
+after `chargeback close`) calls `render_all` and `store`: every document rendered from the stored
+lines and stored with its hash in one transaction, or none of them. `serve` answers a download: a
+finalized period's stored bytes (whatever the renderers have become since), 503 with Retry-After
+while they are pending, an open or rated period's live render, and, for a period finalized before
+migration 0011 stored documents (hashes only), a live re-render marked as one, with the hash stored
+at issue beside it.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from sqlalchemy import insert, select
 from sqlmodel import Session
 
-from app.billing import exports, report_pdf
+from app.billing import exports, pdf, report_pdf
 from app.billing.models import BillingPeriod, DocumentKind, IssuedDocument, PeriodStatus
 from app.billing.report import assemble_report, read_inputs
+from app.core.errors import AppError
+from app.core.timeutil import utcnow
 
 ISSUED, LIVE, RERENDERED = "issued", "live", "re-rendered"
 PERIOD_WIDE = (DocumentKind.CSV, DocumentKind.FOCUS, DocumentKind.PDF)
+RETRY_AFTER_S = 30  # what a download of a pending document suggests; one worker round issues a month
+Progress = Callable[[int, int, str], None]  # (documents done, documents in all, the one just done)
+
+
+class DocumentsPending(AppError):
+    """The period is finalized and its documents are being issued: 503, come back after Retry-After."""
+
+    def __init__(self, month: str):
+        super().__init__(
+            detail=(f"Billing period {month} is finalized and its documents are being issued from the stored lines; "
+                    f"try again in {RETRY_AFTER_S} seconds"),
+            status=503, title="Documents being issued")
+        self.headers = {"Retry-After": str(RETRY_AFTER_S)}
+
+
+def is_pending(period: BillingPeriod) -> bool:
+    """Finalized, and its documents not issued yet (the issuing step sets the hashes when it stores them)."""
+    return period.status == PeriodStatus.FINALIZED and period.pdf_sha256 is None
+
+
+def documents_state(period: BillingPeriod) -> str | None:
+    """"pending" or "issued" for a finalized period, None before."""
+    if period.status != PeriodStatus.FINALIZED:
+        return None
+    return "pending" if is_pending(period) else "issued"
 
 
 def sha256(data: bytes) -> str:
@@ -33,7 +65,7 @@ class Served:
 
     content: bytes
     sha256: str
-    origin: str  # issued (stored at close) | live (not finalized yet) | re-rendered (finalized, nothing stored)
+    origin: str  # issued (stored by the issuing step) | live (not finalized yet) | re-rendered (finalized, nothing stored)
     issued_sha256: str | None = None  # re-rendered: the hash stored at issue, if one was
 
     @property
@@ -72,26 +104,40 @@ def render(*, session: Session, period: BillingPeriod, kind: str, tenant: str = 
     return exports.render(session=session, period=period, fmt=kind)
 
 
-def render_all(*, session: Session, period: BillingPeriod) -> dict[tuple[str, str], bytes]:
-    """Every document the period issues, keyed (kind, tenant)."""
-    out = exports.render_period(session=session, period=period)
-    out[(DocumentKind.REPORT_PDF.value, "")] = render_report(session=session, period=period)
+def _label(kind: str, tenant: str) -> str:
+    return f"{kind} {tenant}" if tenant else kind
+
+
+def render_all(*, session: Session, period: BillingPeriod, progress: Progress | None = None) -> dict[tuple[str, str], bytes]:
+    """Every document the period issues, keyed (kind, tenant), rendered from its stored lines.
+
+    The invoice PDFs share the cut-down fonts (pdf.shared_fonts): the same bytes, a third of the CPU.
+    """
+    plan = exports.period_documents(session=session, period=period)
+    plan.append(((DocumentKind.REPORT_PDF.value, ""), partial(render_report, session=session, period=period)))
+    out = {}
+    with pdf.shared_fonts():
+        for done, (key, render_one) in enumerate(plan, 1):
+            out[key] = render_one()
+            if progress is not None:
+                progress(done, len(plan), _label(*key))
     return out
 
 
-def issue(*, session: Session, period: BillingPeriod) -> dict[str, str]:
-    """Render and store (flush, never commit) every document of a period being finalized.
-
-    Returns the SHA-256 of the CSV, FOCUS and PDF exports (also kept on the period row).
-    """
-    documents = render_all(session=session, period=period)
-    issued_at = period.finalized_at
+def store(*, session: Session, period: BillingPeriod, documents: dict[tuple[str, str], bytes]) -> dict[str, str]:
+    """Store (flush, never commit) every document of a finalized period and set the export hashes on its row,
+    which ends its pending state. Returns the SHA-256 of the CSV, FOCUS and PDF exports."""
+    issued_at = utcnow()
     session.execute(insert(IssuedDocument), [
         {"period_id": period.id, "kind": kind, "tenant": tenant, "content": data, "sha256": sha256(data),
          "created_at": issued_at}
         for (kind, tenant), data in sorted(documents.items())
     ])
-    return {kind.value: sha256(documents[(kind.value, "")]) for kind in PERIOD_WIDE}
+    hashes = {kind.value: sha256(documents[(kind.value, "")]) for kind in PERIOD_WIDE}
+    period.csv_sha256, period.focus_sha256, period.pdf_sha256 = hashes["csv"], hashes["focus"], hashes["pdf"]
+    session.add(period)
+    session.flush()
+    return hashes
 
 
 def stored_hash(period: BillingPeriod, kind: str) -> str | None:
@@ -101,10 +147,12 @@ def stored_hash(period: BillingPeriod, kind: str) -> str | None:
 
 
 def serve(*, session: Session, period: BillingPeriod, kind: str, tenant: str = "") -> Served:
-    """The document to download: the issued bytes once finalized, else a live render."""
+    """The document to download: the issued bytes once finalized (DocumentsPending until issued), else a live render."""
     if period.status != PeriodStatus.FINALIZED:
         data = render(session=session, period=period, kind=kind, tenant=tenant)
         return Served(data, sha256(data), LIVE)
+    if is_pending(period):
+        raise DocumentsPending(period.month)
     stored = session.get(IssuedDocument, (period.id, kind, tenant))
     if stored is not None:
         return Served(stored.content, stored.sha256, ISSUED)
@@ -131,6 +179,8 @@ class Check:
 
 def verify(*, session: Session, period: BillingPeriod) -> list[Check]:
     """Check every issued document of a finalized period, and compare it with a render today."""
+    if is_pending(period):
+        raise DocumentsPending(period.month)
     stored = {(d.kind, d.tenant): d for d in session.execute(
         select(IssuedDocument).where(IssuedDocument.period_id == period.id)).scalars()}
     rendered = render_all(session=session, period=period)

@@ -1,4 +1,4 @@
-"""Billing periods: rate (draft, re-ratable), close (finalize, one transaction), correct (a later line).
+"""Billing periods: rate (draft, re-ratable), close (finalize, one transaction; documents issued after), correct.
 
 Services flush only; the caller's unit of work commits. Every state change is audited.
 """
@@ -33,7 +33,7 @@ from app.billing.rating import rate_period
 from app.billing.types import PLATFORM, ChargeLine, RatingResult
 from app.core.audit import record
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
-from app.core.event_payloads import CorrectionCreated, PeriodFinalized, PeriodRated
+from app.core.event_payloads import CorrectionCreated, PeriodRated
 from app.core.events import emit
 from app.core.settings import get_settings
 from app.core.timeutil import SECONDS_PER_HOUR, from_epoch, hours_between, utcnow
@@ -137,7 +137,11 @@ def close(
     *, session: Session, period: str, actor: str, accept_gaps: bool = False, accept_unpooled: bool = False,
     reason: str | None = None,
 ) -> BillingPeriod:
-    """Finalize the period in one transaction: re-rate, store lines, the issued documents and their hashes, audit."""
+    """Finalize the period in one transaction: re-rate, store lines, status finalized, audit.
+
+    Its documents are left pending: the issuing step (app/billing/issuing.py) renders them from the
+    stored lines afterwards, sets their hashes and only then emits `period.finalized`.
+    """
     p = parse_period(period)
     require_started(p)
     reason = (reason or "").strip() or None
@@ -160,12 +164,11 @@ def close(
         session, row, status=PeriodStatus.FINALIZED, finalized_at=utcnow(), finalized_by=actor,
         accept_gaps_reason=reason if not hours.complete else None,
         accept_unpooled_reason=reason if unpooled.hours else None,
+        # No export hashes: they mark the documents issued, and the issuing step sets them.
+        csv_sha256=None, focus_sha256=None, pdf_sha256=None,
     )
     total = _rate_into(session, row, p, actor).total
-    hashes = issued.issue(session=session, period=row)  # the documents themselves, served from now on
-    row.csv_sha256, row.focus_sha256, row.pdf_sha256 = hashes["csv"], hashes["focus"], hashes["pdf"]
-    session.add(row)
-    session.flush()
+    row = session.get(BillingPeriod, row.id)
     record(
         session=session, actor=actor, action="billing.close", entity="billing_period", entity_id=p.month,
         before=before,
@@ -173,13 +176,20 @@ def close(
             "status": row.status, "revision": row.revision, "total": str(total), "gap_hours": len(hours.gaps),
             "missing_hours": len(hours.missing), "accept_gaps_reason": row.accept_gaps_reason,
             "unpooled_gpu_hours": str(row.unpooled_gpu_hours), "accept_unpooled_reason": row.accept_unpooled_reason,
-            **hashes,
+            "documents": "pending",
         },
     )
-    emit(session=session, type="period.finalized", key=f"period.finalized:{p.month}",
-         payload=PeriodFinalized(period=p.month, revision=row.revision, total=str(total),
-                                 finalized_at=row.finalized_at, finalized_by=actor, sha256=hashes))
     return row
+
+
+def billed_total(*, session: Session, period: BillingPeriod) -> Decimal:
+    """What the period's rating lines bill the tenants (platform lines left out), as close reported it."""
+    amounts = session.execute(
+        select(ChargeLineRecord.amount).where(
+            ChargeLineRecord.period_id == period.id, ChargeLineRecord.source == LineSource.RATING,
+            ChargeLineRecord.account != PLATFORM)
+    ).scalars()
+    return sum((Decimal(a) for a in amounts), Decimal(0))  # in Python: SQLite would sum NUMERIC as floats
 
 
 def _incomplete_message(p: Period, hours: HourStatus) -> str:
@@ -459,6 +469,7 @@ def period_summary(row: BillingPeriod, *, staff: bool = True) -> dict:
         "hours_ok": row.hours_ok, "gap_hours": len(json.loads(row.gap_hours)),
         "missing_hours": len(json.loads(row.missing_hours)),
         "hashes": {"csv": row.csv_sha256, "focus": row.focus_sha256, "pdf": row.pdf_sha256},
+        "documents": issued.documents_state(row),
     }
     if not staff:
         summary["rated_by"] = summary["finalized_by"] = None

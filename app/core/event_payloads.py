@@ -38,7 +38,8 @@ class PeriodRated(Payload):
 
 
 class PeriodFinalized(Payload):
-    """A billing period was finalized: its invoices and exports are issued and never change."""
+    """A billing period was finalized and its documents issued (the worker's step after close): its invoices and
+    exports are stored and never change."""
 
     period: str
     revision: int

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from app.core.db import unit_of_work
-from tests.support.billing import add_hour, fill_month, store_policy
+from tests.support.billing import add_hour, fill_month, issue_documents, store_policy
 from tests.support.routes import VIEWER, VISION_MEMBER, problem
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
@@ -138,7 +138,10 @@ def test_exports_download_and_match_stored_hashes(api, fresh_engine):
     with unit_of_work(fresh_engine) as s:
         v = store_policy(s)
         fill_month(s, "2026-10", v.id)
-    closed = api.post("/api/v1/periods/2026-10/close").json()
+    assert api.post("/api/v1/periods/2026-10/close").json()["documents"] == "pending"
+    issue_documents(fresh_engine, "2026-10")  # the worker's issuing step
+    closed = next(p for p in api.get("/api/v1/periods").json() if p["period"] == "2026-10")
+    assert closed["documents"] == "issued"
     for fmt, kind in (("csv", "text/csv"), ("focus", "text/csv"), ("pdf", "application/pdf")):
         response = api.get("/api/v1/periods/2026-10/export", params={"format": fmt})
         assert response.status_code == 200 and response.headers["content-type"].startswith(kind)

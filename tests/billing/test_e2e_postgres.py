@@ -27,6 +27,7 @@ from app.metrics.models import IngestHour
 from app.metrics.prometheus_source import PrometheusSource
 from app.metrics.simulator import Simulator
 from app.policy.service import import_version
+from tests.support.billing import issue_documents
 from tests.support.databases import drop_postgres_database, migrated, new_postgres_database
 from tests.support.prometheus import PrometheusServer
 
@@ -70,6 +71,9 @@ def _ingest_and_close(engine, sim, source) -> dict:
         row = periods.close(session=s, period=MONTH, actor="e2e", accept_gaps=True,
                             reason=f"end-to-end test: only {HOURS} hours of history")
         assert row.status == "finalized" and row.hours_ok == HOURS
+    issue_documents(engine, MONTH)  # the worker's issuing step
+    with unit_of_work(engine) as s:
+        row = periods.get_period(session=s, month=MONTH)
         out = {fmt: exports.render(session=s, period=row, fmt=fmt) for fmt in exports.FORMATS}
         out["hashes"] = {"csv": row.csv_sha256, "focus": row.focus_sha256, "pdf": row.pdf_sha256}
         view = load_view(session=s, period=row)

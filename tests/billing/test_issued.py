@@ -1,6 +1,7 @@
-"""Issued documents: close stores what it issued, and a finalized period is served those bytes forever.
+"""Issued documents: close leaves them pending, the issuing step stores them, and a finalized period is
+served those bytes forever.
 
-The renderers are swapped after close (as a release that changes a layout would) and every way out
+The renderers are swapped after issuing (as a release that changes a layout would) and every way out
 (API export, web invoice and report PDFs, `chargeback export`, `chargeback verify`) must still give
 the issued bytes and hashes. Both databases, through the fixtures.
 """
@@ -14,14 +15,15 @@ import pytest
 from sqlalchemy import delete, func, inspect, select, update
 from typer.testing import CliRunner
 
-from app.billing import exports, issued, pdf, periods, report_pdf
+from app.billing import exports, issued, issuing, pdf, periods, report_pdf
 from app.billing.cli import app as billing_cli
 from app.billing.invoices import load_view
 from app.billing.models import BillingPeriod, IssuedDocument
 from app.core import db
 from app.core.db import make_engine, unit_of_work
+from app.core.events import Event
 from app.core.migrate import downgrade, upgrade
-from tests.support.billing import add_hour, store_policy
+from tests.support.billing import add_hour, issue_documents, store_policy
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
 CHANGED = b"%PDF-1.7 a later renderer's bytes"
@@ -47,27 +49,51 @@ def _documents(session, month="2026-10") -> dict[tuple[str, str], IssuedDocument
     return {(d.kind, d.tenant): d for d in rows}
 
 
-def test_close_stores_every_document_in_its_transaction(session, october):
+def _finalized_events(session) -> list[Event]:
+    return list(session.execute(select(Event).where(Event.type == "period.finalized")).scalars())
+
+
+def test_close_leaves_documents_pending_and_the_issuing_step_stores_every_one(session, october):
     row = periods.close(session=session, period="2026-10", actor="fin", accept_gaps=True, reason="two test hours")
+    assert row.status == "finalized" and issued.is_pending(row) and _documents(session) == {}
+    assert (row.csv_sha256, row.focus_sha256, row.pdf_sha256) == (None, None, None)
+    assert periods.period_summary(row)["documents"] == "pending"
+    assert _finalized_events(session) == []  # mail attaches the documents: no event before they exist
+    with pytest.raises(issued.DocumentsPending) as pending:
+        issued.serve(session=session, period=row, kind="csv")
+    assert pending.value.status == 503 and pending.value.headers["Retry-After"] == str(issued.RETRY_AFTER_S)
+
+    done = issue_documents(session, "2026-10")
     docs = _documents(session)
     tenants = load_view(session=session, period=row).tenants
-    assert tenants == ["etl", "search", "vision"]
+    assert tenants == ["etl", "search", "vision"] and done.documents == len(docs) == 7
     assert set(docs) == {("csv", ""), ("focus", ""), ("pdf", ""), ("report_pdf", "")} | {
         ("invoice_pdf", t) for t in tenants}
     for doc in docs.values():
-        assert sha(doc.content) == doc.sha256 and doc.created_at == row.finalized_at
+        assert sha(doc.content) == doc.sha256 and doc.created_at >= row.finalized_at
+    session.refresh(row)
     assert (docs[("csv", "")].sha256, docs[("focus", "")].sha256, docs[("pdf", "")].sha256) == (
-        row.csv_sha256, row.focus_sha256, row.pdf_sha256)
-    # What was stored is what the renderers gave at close.
+        row.csv_sha256, row.focus_sha256, row.pdf_sha256) == tuple(done.sha256.values())
+    assert not issued.is_pending(row) and periods.period_summary(row)["documents"] == "issued"
+    # Reproducible from the stored lines: what was stored is what a lone render gives now.
     assert docs[("csv", "")].content == exports.render(session=session, period=row, fmt="csv")
     assert docs[("invoice_pdf", "vision")].content == exports.render_invoice(session=session, period=row, tenant="vision")
+    assert docs[("report_pdf", "")].content == issued.render_report(session=session, period=row)
     assert all(d.content.startswith(b"%PDF") for (kind, _), d in docs.items() if kind != "csv" and kind != "focus")
+    [event] = _finalized_events(session)
+    assert event.data["sha256"] == done.sha256 and event.data["finalized_by"] == "fin"
+    assert event.data["total"] == str(periods.billed_total(session=session, period=row))
+    assert issue_documents(session, "2026-10") is None  # once: nothing pending any more
+    assert len(_finalized_events(session)) == 1
 
 
-def test_a_crash_while_rendering_an_invoice_stores_nothing(fresh_engine, monkeypatch):
+def test_a_crash_while_issuing_leaves_the_period_finalized_and_pending_and_the_next_round_issues_it_once(
+        fresh_engine, monkeypatch):
     with unit_of_work(fresh_engine) as s:
         add_hour(s, hour=OCT1, version=store_policy(s).id)
         periods.rate(session=s, period="2026-10", actor="fin")
+    with unit_of_work(fresh_engine) as s:  # step 1 commits on its own
+        periods.close(session=s, period="2026-10", actor="fin", accept_gaps=True, reason="one test hour")
     original, rendered = pdf.render_invoice_pdf, []
 
     def dies_on_the_second(view, tenant):
@@ -77,17 +103,76 @@ def test_a_crash_while_rendering_an_invoice_stores_nothing(fresh_engine, monkeyp
         return original(view, tenant)
 
     monkeypatch.setattr(pdf, "render_invoice_pdf", dies_on_the_second)
-    with pytest.raises(RuntimeError, match="killed"):
-        with unit_of_work(fresh_engine) as s:
-            periods.close(session=s, period="2026-10", actor="fin", accept_gaps=True, reason="one test hour")
+    assert issuing.issue_task(fresh_engine, OCT1) == []  # logged, left for the next round
     with unit_of_work(fresh_engine) as s:
+        row = periods.get_period(session=s, month="2026-10")
+        assert row.status == "finalized" and issued.is_pending(row)
         assert s.execute(select(func.count()).select_from(IssuedDocument)).scalar_one() == 0
-        assert periods.get_period(session=s, month="2026-10").status == "rated"
+        assert _finalized_events(s) == [] and issuing.pending_months(s) == ["2026-10"]
     monkeypatch.undo()
+    [done] = issuing.issue_task(fresh_engine, OCT1)
+    assert done.month == "2026-10" and done.documents == 4 + 3
+    assert issuing.issue_task(fresh_engine, OCT1) == []
     with unit_of_work(fresh_engine) as s:
+        assert len(_documents(s)) == 4 + 3 and len(_finalized_events(s)) == 1 and issuing.pending_months(s) == []
+
+
+def test_two_workers_issuing_one_month_at_once_store_it_once(fresh_engine, monkeypatch):
+    """The first worker is held inside rendering; the second runs meanwhile. On PostgreSQL it skips the locked
+    row; on SQLite it renders too and stores first, and the first then finds nothing pending. Once either way."""
+    import threading
+
+    with unit_of_work(fresh_engine) as s:
+        add_hour(s, hour=OCT1, version=store_policy(s).id)
         periods.close(session=s, period="2026-10", actor="fin", accept_gaps=True, reason="one test hour")
+    original, inside, release = report_pdf.render_report_pdf, threading.Event(), threading.Event()
+    holder: list[int] = []
+
+    def held(*args, **kwargs):
+        if not holder:
+            holder.append(threading.get_ident())
+            inside.set()
+            assert release.wait(60)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(report_pdf, "render_report_pdf", held)
+    results: dict[str, object] = {}
+    worker = threading.Thread(target=lambda: results.setdefault("a", issuing.issue_period(engine=fresh_engine,
+                                                                                         month="2026-10")))
+    worker.start()
+    assert inside.wait(60)
+    results["b"] = issuing.issue_period(engine=fresh_engine, month="2026-10")
+    release.set()
+    worker.join(60)
+    issues = [r for r in results.values() if r is not None]
+    assert len(results) == 2 and len(issues) == 1 and issues[0].documents == 7
     with unit_of_work(fresh_engine) as s:
-        assert len(_documents(s)) == 4 + 3
+        assert len(_documents(s)) == 7 and len(_finalized_events(s)) == 1
+
+
+def test_downloads_answer_503_while_documents_are_pending(api, fresh_engine):
+    with unit_of_work(fresh_engine) as s:
+        add_hour(s, hour=OCT1, version=store_policy(s).id)
+    closed = api.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True, "reason": "one test hour"})
+    assert closed.status_code == 200 and closed.json()["documents"] == "pending"
+    assert closed.json()["hashes"] == {"csv": None, "focus": None, "pdf": None}
+    pending = [api.get("/api/v1/periods/2026-10/export", params={"format": fmt}) for fmt in EXPORTS]
+    for response in pending:
+        assert response.status_code == 503 and response.headers["retry-after"] == str(issued.RETRY_AFTER_S)
+        assert response.headers["content-type"].startswith("application/problem+json")
+        assert "being issued" in response.json()["detail"]
+    for path in ("/billing/2026-10/vision/invoice.pdf", "/billing/2026-10/report.pdf"):
+        page = api.get(path, headers={"Accept": "text/html"})
+        assert page.status_code == 503 and page.headers["retry-after"] and b"%PDF" not in page.content
+        assert "being issued" in page.text
+    period_page = api.get("/billing/2026-10", headers={"Accept": "text/html"})
+    assert period_page.status_code == 200 and "Documents being issued" in period_page.text
+    assert 'id="downloads-pending"' in period_page.text
+    issue_documents(fresh_engine, "2026-10")
+    assert api.get("/api/v1/periods/2026-10/export", params={"format": "csv"}).status_code == 200
+    issued_page = api.get("/billing/2026-10", headers={"Accept": "text/html"})
+    assert "Documents being issued" not in issued_page.text and 'id="downloads-pending"' not in issued_page.text
+    assert _summary(api)["documents"] == "issued"
 
 
 @pytest.fixture
@@ -96,7 +181,12 @@ def closed(fresh_engine, api):
         add_hour(s, hour=OCT1, version=store_policy(s).id)
     response = api.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True, "reason": "one test hour"})
     assert response.status_code == 200, response.text
-    return response.json()
+    issue_documents(fresh_engine, "2026-10")
+    return _summary(api)
+
+
+def _summary(api, month="2026-10") -> dict:
+    return next(p for p in api.get("/api/v1/periods").json() if p["period"] == month)
 
 
 def _downloads(api) -> dict[str, object]:
@@ -194,6 +284,7 @@ def test_migration_0011_up_and_down(fresh_engine):
     with unit_of_work(fresh_engine) as s:
         add_hour(s, hour=OCT1, version=store_policy(s).id)
         periods.close(session=s, period="2026-10", actor="fin", accept_gaps=True, reason="one test hour")
+    issue_documents(fresh_engine, "2026-10")
     url = fresh_engine.url.render_as_string(hide_password=False)
     fresh_engine.dispose()
     downgrade(url, "0010")

@@ -78,3 +78,34 @@ def test_a_missing_font_names_its_debian_package(monkeypatch, tmp_path):
             pdf._Doc("x")
     finally:
         pdf.font_path.cache_clear()
+
+
+
+def test_invoices_of_an_issuing_run_are_the_same_bytes_from_the_cut_down_fonts(session, tmp_path, monkeypatch):
+    """Within shared_fonts() an invoice starts from DejaVu cut to Latin-1 (accents, punctuation, currency, arrows),
+    else to Latin, Greek and Cyrillic: the same bytes as from the full font; one with a character beyond both
+    cuts (Chinese, Arabic) is drawn again from the full fonts."""
+    from app.billing.invoices import load_view
+
+    departments = {"search": "Ωμέγα – Щука", "vision": CHINESE, "etl": ACCENTS + " € →"}
+    tenants = [{**t, "namespaces": list(t["namespaces"]), "department": departments[t["name"]]} for t in SPEC_TENANTS]
+    v = store_policy(session, policy_doc(tenants=tenants))
+    add_hour(session, hour=datetime(2026, 10, 1, tzinfo=UTC), version=v.id, usage=USAGE, breaches=())
+    row = periods.rate(session=session, period="2026-10", actor="fin")
+    view = exports._detached_view(load_view(session=session, period=row))
+    full = {t: pdf.render_invoice_pdf(view, t) for t in view.tenants}
+    drawn, document = [], pdf._document
+
+    def recorded(view, title, cut=None):
+        drawn.append((title.rsplit(" - ", 1)[1], cut))
+        return document(view, title, cut)
+
+    monkeypatch.setattr(pdf, "_document", recorded)
+    with pdf.shared_fonts():
+        shared = {t: pdf.render_invoice_pdf(view, t) for t in view.tenants}
+    assert shared == full
+    last = {t: cut for t, cut in drawn}  # the fonts each invoice was drawn from, in the end
+    assert last == {"etl": 0, "search": 1, CHINESE: None, ARABIC: None, "vision": None}  # vision's department: Chinese
+    assert {t for t, cut in drawn if cut == 0} == set(view.tenants)  # every one tried the Latin-1 cut first
+    assert "Department: Ωμέγα – Щука" in _text(tmp_path, shared["search"])
+    assert f"Department: {ACCENTS} € →" in _text(tmp_path, shared["etl"])

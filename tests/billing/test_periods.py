@@ -17,7 +17,7 @@ from app.billing.types import PLATFORM, LineKind
 from app.core.audit import AuditEntry
 from app.core.errors import Conflict, Invalid, NotFound
 from app.core.events import events_after
-from tests.support.billing import A100, add_hour, fill_month, policy_doc, store_policy
+from tests.support.billing import A100, add_hour, fill_month, issue_documents, policy_doc, store_policy
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
 D = Decimal
@@ -125,6 +125,9 @@ def test_close_finalizes_with_export_hashes_and_then_refuses(session):
     row = periods.close(session=session, period="2026-10", actor="fin")
     assert row.status == "finalized" and row.finalized_at is not None and row.accept_gaps_reason is None
     assert row.hours_ok == row.hours_expected == 744
+    assert row.pdf_sha256 is None  # documents pending until the issuing step
+    issue_documents(session, "2026-10")
+    session.refresh(row)
     for fmt, stored in (("csv", row.csv_sha256), ("focus", row.focus_sha256), ("pdf", row.pdf_sha256)):
         assert hashlib.sha256(exports.render(session=session, period=row, fmt=fmt)).hexdigest() == stored
     finalized = [e for e in events_after(session=session, after=None, types=("period.finalized",))

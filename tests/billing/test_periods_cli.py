@@ -1,4 +1,4 @@
-"""`chargeback rate | close | export` as a real process: messages, exit codes, no tracebacks."""
+"""`chargeback rate | close | issue | export` as a real process: messages, exit codes, no tracebacks."""
 
 from __future__ import annotations
 
@@ -32,6 +32,10 @@ def test_cli_rate_close_export(fresh_engine, tmp_path):
     closed = run(url, "close", "--period", "2026-10", "--accept-gaps", "--reason", "one test hour")
     assert closed.returncode == 0, closed.stderr
     assert "finalized" in closed.stdout and "sha256 focus" in closed.stdout
+    # Issued right after finalizing, in a transaction of its own, a line per document (stderr is no terminal).
+    assert "issued 7 documents of 2026-10" in closed.stdout
+    assert "issued 1/7 csv" in closed.stderr and "issued 7/7 report_pdf" in closed.stderr
+    assert "invoice_pdf vision" in closed.stderr
     again = run(url, "close", "--period", "2026-10", "--accept-gaps", "--reason", "again")
     assert again.returncode == 3 and "already finalized" in again.stderr
 
@@ -48,3 +52,24 @@ def test_cli_rate_close_export(fresh_engine, tmp_path):
     assert wrong.returncode == 2 and "format" in wrong.stderr
     missing = run(url, "export", "--period", "2026-08", "--format", "csv", "--out", str(tmp_path / "y"))
     assert missing.returncode == 4 and "not been rated" in missing.stderr
+
+
+def test_cli_close_without_issuing_then_issue(fresh_engine, tmp_path):
+    url = fresh_engine.url.render_as_string(hide_password=False)
+    with unit_of_work(fresh_engine) as s:
+        add_hour(s, hour=datetime(2026, 10, 1, tzinfo=UTC), version=store_policy(s).id)
+    closed = run(url, "close", "--period", "2026-10", "--accept-gaps", "--reason", "one test hour", "--no-issue")
+    assert closed.returncode == 0, closed.stderr
+    assert "finalized" in closed.stdout and "documents pending" in closed.stdout and "sha256" not in closed.stdout
+    pending = run(url, "export", "--period", "2026-10", "--format", "csv", "--out", str(tmp_path / "x.csv"))
+    assert pending.returncode == 5 and "being issued" in pending.stderr and not (tmp_path / "x.csv").exists()
+    assert "Traceback" not in pending.stderr
+    verify = run(url, "verify", "--period", "2026-10")
+    assert verify.returncode == 5 and "being issued" in verify.stderr
+
+    issued = run(url, "issue")
+    assert issued.returncode == 0, issued.stderr
+    assert "issued 7 documents of 2026-10" in issued.stdout and "issued 3/7 pdf" in issued.stderr
+    assert run(url, "verify", "--period", "2026-10").returncode == 0
+    nothing = run(url, "issue")
+    assert nothing.returncode == 0 and "no finalized month has documents pending" in nothing.stdout

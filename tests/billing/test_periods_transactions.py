@@ -1,4 +1,5 @@
-"""Finalizing is one transaction: a crash mid-close changes nothing; two closes at once, one wins.
+"""Finalizing is one transaction: a crash mid-close changes nothing; two closes at once, one wins; a crash while
+issuing leaves the finalized lines and the documents pending.
 
 These commit through `unit_of_work`, so they use `fresh_engine` (a database of their own per test).
 """
@@ -11,7 +12,7 @@ import time
 import pytest
 from sqlalchemy import func, select
 
-from app.billing import exports, periods
+from app.billing import exports, issuing, periods
 from app.billing.models import BillingPeriod, ChargeLineRecord
 from app.core.audit import AuditEntry
 from app.core.db import unit_of_work
@@ -47,15 +48,14 @@ def rated_month(fresh_engine):
     return fresh_engine
 
 
-@pytest.mark.parametrize("failing", ["render_pdf", "render_focus"])
-def test_crash_during_close_leaves_the_period_as_it_was(rated_month, monkeypatch, failing):
+def test_crash_during_close_leaves_the_period_as_it_was(rated_month, monkeypatch):
     before = _snapshot(rated_month)
     assert before["status"] == "rated" and before["lines"]
 
-    def boom(view):
-        raise RuntimeError("disk full while rendering")
+    def boom(*args, **kwargs):
+        raise RuntimeError("disk full while auditing")
 
-    monkeypatch.setattr(exports, failing, boom)
+    monkeypatch.setattr(periods, "record", boom)  # the last write of the finalize step
     with pytest.raises(RuntimeError, match="disk full"):
         with unit_of_work(rated_month) as s:
             periods.close(session=s, period="2026-10", actor="fin")
@@ -65,7 +65,28 @@ def test_crash_during_close_leaves_the_period_as_it_was(rated_month, monkeypatch
     with unit_of_work(rated_month) as s:
         periods.close(session=s, period="2026-10", actor="fin")
     after = _snapshot(rated_month)
+    assert after["status"] == "finalized" and after["closes"] == 1 and after["hashes"] == (None, None, None)
+
+
+@pytest.mark.parametrize("failing", ["render_pdf", "render_focus"])
+def test_crash_while_issuing_keeps_the_finalized_lines_and_the_documents_pending(rated_month, monkeypatch, failing):
+    with unit_of_work(rated_month) as s:
+        periods.close(session=s, period="2026-10", actor="fin")
+    finalized = _snapshot(rated_month)
+
+    def boom(view):
+        raise RuntimeError("disk full while rendering")
+
+    monkeypatch.setattr(exports, failing, boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        issuing.issue_period(engine=rated_month, month="2026-10")
+    assert _snapshot(rated_month) == finalized and finalized["hashes"] == (None, None, None)
+
+    monkeypatch.undo()
+    assert issuing.issue_period(engine=rated_month, month="2026-10").documents == 4 + 3
+    after = _snapshot(rated_month)
     assert after["status"] == "finalized" and after["closes"] == 1 and all(after["hashes"])
+    assert after["lines"] == finalized["lines"]  # issued from the stored lines, which did not move
 
 
 def test_missing_price_writes_nothing(fresh_engine):

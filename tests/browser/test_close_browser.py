@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 from app.auth import service
 from app.billing import periods
 from app.core.db import make_engine, unit_of_work
-from tests.support.billing import fill_month, store_policy
+from tests.support.billing import fill_month, issue_documents, store_policy
 from tests.support.browser import SHOTS, sign_in, submit
 from tests.support.databases import drop_postgres_database, migrated, new_postgres_database
 from tests.support.server import running_portal
@@ -22,7 +22,8 @@ MONTH = "2026-10"
 
 @pytest.fixture(scope="module")
 def close_portal(tmp_path_factory):
-    """A portal whose October has 3 gap hours and 2 hours never ingested, rated as a draft; finance user `fin`."""
+    """A portal whose October has 3 gap hours and 2 hours never ingested, rated as a draft; finance user `fin`.
+    Yields its base URL and database URL (the test runs the worker's issuing step on it)."""
     url = migrated(new_postgres_database("cbclose"))
     engine = make_engine(url)
     with unit_of_work(engine) as session:
@@ -34,7 +35,7 @@ def close_portal(tmp_path_factory):
     engine.dispose()
     try:
         with running_portal(url, log_dir=tmp_path_factory.mktemp("uvicorn-close")) as portal:
-            yield portal.base
+            yield portal.base, url
         log = portal.log()
     finally:
         drop_postgres_database(url)
@@ -42,6 +43,7 @@ def close_portal(tmp_path_factory):
 
 
 def test_finance_closes_a_month_with_gaps_through_the_checklist_and_confirmation(close_portal, browser):
+    close_portal, url = close_portal
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     problems: list[str] = []
@@ -82,14 +84,24 @@ def test_finance_closes_a_month_with_gaps_through_the_checklist_and_confirmation
         page.wait_for_load_state("load")
         step = page.locator("#close-confirm")
         expect(step).to_contain_text("This cannot be undone")
-        expect(step).to_contain_text("SHA-256 hashes are recorded")
+        expect(step).to_contain_text("SHA-256 hashes recorded")
         expect(step).to_contain_text("the platform statement")
         expect(step).to_contain_text("exporter outage on 5 October")
         page.screenshot(path=str(SHOTS / "close-confirm.png"), full_page=True)
 
         submit(page, "#confirm-finalize", shows=f"{MONTH} is finalized.")
+        expect(page.locator("#documents-pending")).to_contain_text("Documents being issued")
+        expect(page.locator("#downloads-pending")).to_contain_text("documents being issued")
+        page.screenshot(path=str(SHOTS / "close-issuing.png"), full_page=True)
+        engine = make_engine(url)  # the worker's issuing step, then the page again
+        try:
+            assert issue_documents(engine, MONTH) is not None
+        finally:
+            engine.dispose()
+        page.reload()
         banner = page.locator("#close-success")
         expect(banner).to_contain_text("SHA-256 of the exports")
+        expect(page.locator("#documents-pending")).to_have_count(0)
         expect(page.locator("main")).to_contain_text("Closed with missing hours accepted: exporter outage on 5 October")
         expect(page.locator("#close-form")).to_have_count(0)
         page.screenshot(path=str(SHOTS / "close-finalized.png"), full_page=True)

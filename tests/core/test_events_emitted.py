@@ -19,7 +19,7 @@ from app.core.events import Event
 from app.metrics.ingest import ingest_hour_list
 from app.metrics.models import IngestHour
 from app.review import releases
-from tests.support.billing import add_hour, fill_month, store_policy
+from tests.support.billing import add_hour, fill_month, issue_documents, store_policy
 from tests.support.review import approved, seed
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
@@ -60,6 +60,8 @@ def test_a_correction_emits_correction_created_for_its_tenant(session):
     v = store_policy(session)
     fill_month(session, "2026-09", v.id)
     sept = periods.close(session=session, period="2026-09", actor="fin")
+    assert events(session, "period.finalized") == []  # documents pending: the event follows the issuing step
+    issue_documents(session, "2026-09")
     [finalized] = events(session, "period.finalized")
     assert finalized.data["period"] == "2026-09" and set(finalized.data["sha256"]) == {"csv", "focus", "pdf"}
     target = next(line for line in load_view(session=session, period=sept).lines

@@ -216,24 +216,32 @@ def test_refused_commit_on_period_close(pg_portal, fresh_engine):
 
 @only_postgres
 def test_refused_commit_after_the_issued_documents_leaves_none(pg_portal, fresh_engine):
-    """The COMMIT is refused once the documents are written (the last rows close adds): none stay, the period
-    stays rated, and the retry stores them all, once."""
+    """The close commits (finalized, documents pending); the issuing step's COMMIT is refused once its documents
+    are written: none stay, no event, the period stays pending, and the next round stores them all, once."""
+    from app.billing.issuing import issue_task
     from app.billing.models import IssuedDocument
+    from app.core.events import Event
 
     bearer = _rated_october(pg_portal, fresh_engine)
 
     def state():
         with Session(fresh_engine) as s:
-            status = s.exec(select(BillingPeriod.status).where(BillingPeriod.month == "2026-10")).one()
-            return status, s.exec(select(func.count()).select_from(IssuedDocument)).one()
+            row = s.exec(select(BillingPeriod).where(BillingPeriod.month == "2026-10")).one()
+            events = s.exec(select(func.count()).select_from(Event).where(Event.type == "period.finalized")).one()
+            return row.status, row.csv_sha256 is not None, s.exec(select(func.count()).select_from(IssuedDocument)).one(), events
 
-    _refused_then_once(
-        pg_portal, fresh_engine, table="issued_document", action="billing.close",
-        send=lambda c: c.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True, "reason": "test month"},
-                              headers={**bearer, "Idempotency-Key": "close-docs"}),
-        state=state,
-    )
-    assert state() == ("finalized", 4 + 3)  # CSV, FOCUS, PDF, report + the three tenants' invoices
+    closed = _call(pg_portal, lambda c: c.post("/api/v1/periods/2026-10/close", headers=bearer,
+                                               json={"accept_gaps": True, "reason": "test month"}))
+    assert closed.status_code == 200 and closed.json()["documents"] == "pending"
+    assert state() == ("finalized", False, 0, 0)
+    _refuse_commits_on(fresh_engine, "issued_document")
+    assert issue_task(fresh_engine, OCT1) == []  # refused at COMMIT: logged, left pending
+    assert state() == ("finalized", False, 0, 0) and _audit(fresh_engine, "billing.issue") == 0
+    _allow_commits_on(fresh_engine, "issued_document")
+    [done] = issue_task(fresh_engine, OCT1)
+    assert done.documents == 4 + 3  # CSV, FOCUS, PDF, report + the three tenants' invoices
+    assert issue_task(fresh_engine, OCT1) == []
+    assert state() == ("finalized", True, 4 + 3, 1) and _audit(fresh_engine, "billing.issue") == 1
 
 
 @only_postgres

@@ -16,6 +16,8 @@ from sqlalchemy import delete, insert
 from sqlmodel import Session, select
 
 from app.billing import periods
+from app.billing.budget_alerts import budget_task
+from app.billing.issuing import issue_task
 from app.billing.models import BillingPeriod, IssuedDocument
 from app.cli import WORKER_TASKS
 from app.core.db import unit_of_work
@@ -27,6 +29,7 @@ from app.notify.mail_contacts import replace_contacts
 from app.notify.mail_deliver import claim_next, deliver_due, lease, mail_task, retry_now, send_smtp
 from app.notify.mail_models import MailSend
 from app.notify.mail_plan import DISABLED
+from app.notify.webhook_deliver import webhook_task
 from tests.support.billing import add_hour, store_policy
 from tests.support.server import free_port
 from tests.support.smtp import PASSWORD, USER, self_signed, smtp_server
@@ -54,8 +57,9 @@ def settings_for(port: int, **changes) -> Settings:
     return Settings(**{**values, **changes})
 
 
-def close_october(engine) -> None:
-    """October with the SPEC example's tenants, contacts for search and vision (etl has none), finalized."""
+def close_october(engine, *, issue: bool = True) -> None:
+    """October with the SPEC example's tenants, contacts for search and vision (etl has none), finalized and
+    (unless `issue` is False) its documents issued by the worker's issuing step."""
     with unit_of_work(engine) as s:
         v = store_policy(s)
         add_hour(s, hour=OCT1, version=v.id)
@@ -64,6 +68,8 @@ def close_october(engine) -> None:
             replace_contacts(session=s, tenant=tenant, emails=emails, actor="test")
     with unit_of_work(engine) as s:
         periods.close(session=s, period="2026-10", actor="fin", accept_gaps=True, reason="two test hours")
+    if issue:
+        assert issue_task(engine, NOW)
 
 
 def sends(engine) -> dict[tuple[str, str], MailSend]:
@@ -114,6 +120,23 @@ def test_a_closed_month_mails_each_invoice_and_the_report_once(fresh_engine, tmp
                   now=NOW + timedelta(days=2))
         assert len(server.received()) == 3
         assert mail_task in WORKER_TASKS
+
+
+def test_mail_waits_for_the_issuing_step_and_then_attaches_what_it_stored(fresh_engine, tmp_path):
+    close_october(fresh_engine, issue=False)
+    with smtp_server(tmp_path) as server:
+        settings = settings_for(server.port)
+        mail_task(fresh_engine, NOW, settings=settings)  # finalized, documents pending: no event yet, no mail
+        assert server.received() == [] and sends(fresh_engine) == {} and issued(fresh_engine) == {}
+        # The worker's order: the issuing step before mail, so one round issues and mails.
+        assert WORKER_TASKS == [budget_task, issue_task, mail_task, webhook_task]
+        run_tasks([issue_task, lambda engine, now: mail_task(engine, now, settings=settings)], engine=fresh_engine,
+                  now=NOW)
+        docs = issued(fresh_engine)
+        got = by_subject(server)
+        assert len(server.received()) == 3
+        [vision] = got["Invoice 2026-10: vision"]
+        assert vision.attachments()["invoice-2026-10-vision.pdf"] == docs[("invoice_pdf", "vision")]
 
 
 def test_a_wrong_password_fails_with_the_reply_and_is_retried(fresh_engine, tmp_path):

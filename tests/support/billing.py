@@ -181,3 +181,15 @@ def run_cli(url: str, *args: str) -> subprocess.CompletedProcess:
     """`chargeback ARGS` as a real process on the database at `url`."""
     env = {**os.environ, "CHARGEBACK_DATABASE_URL": url, "COLUMNS": "200"}
     return subprocess.run([str(CLI), *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def issue_documents(target, month: str):
+    """The issuing step after close, as the worker runs it: in the test's session, or (an engine) in a
+    transaction of its own. Tests wait for documents by running it, never by sleeping."""
+    from sqlalchemy.engine import Engine
+
+    from app.billing import issuing
+
+    if isinstance(target, Engine):
+        return issuing.issue_period(engine=target, month=month)
+    return issuing.issue(session=target, month=month)

@@ -6,7 +6,7 @@ import re
 from datetime import UTC, datetime
 
 from app.core.db import unit_of_work
-from tests.support.billing import add_hour, fill_month, store_policy
+from tests.support.billing import add_hour, fill_month, issue_documents, store_policy
 from tests.support.routes import FINANCE, VISION_MEMBER
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
@@ -48,7 +48,10 @@ def test_close_form_and_tenant_isolation(api, fresh_engine):
     assert closed.status_code == 303 and closed.headers["location"] == "/billing/2026-10?closed=1"
     page = api.get(closed.headers["location"], headers=HTML).text
     assert "finalized" in page and "node reboot" in page and "finalize 2026-10" not in page
-    assert "2026-10 is finalized." in page and "SHA-256 of the exports" in page
+    assert "2026-10 is finalized." in page and "Documents being issued" in page and "SHA-256 of the exports" not in page
+    issue_documents(fresh_engine, "2026-10")  # the worker's issuing step
+    page = api.get(closed.headers["location"], headers=HTML).text
+    assert "2026-10 is finalized." in page and "SHA-256 of the exports" in page and "Documents being issued" not in page
 
     api.as_(VISION_MEMBER)
     page = api.get("/billing/2026-10", headers=HTML).text

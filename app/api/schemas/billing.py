@@ -38,7 +38,10 @@ class PeriodSummary(Out):
     hours_ok: int | None = None
     gap_hours: int | None = None
     missing_hours: int | None = None
-    hashes: PeriodHashes | None = Field(default=None, description="SHA-256 of each export, once finalized")
+    hashes: PeriodHashes | None = Field(default=None, description="SHA-256 of each export, once its documents are issued")
+    documents: Literal["pending", "issued"] | None = Field(
+        default=None, description="finalized only: pending while the worker issues the documents (downloads answer "
+                                  "503 with Retry-After), issued once they are stored")
 
 
 class InvoiceSummary(Out):
