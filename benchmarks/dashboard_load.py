@@ -224,7 +224,8 @@ def prometheus_queries(url: str | None) -> int | None:
 
 
 async def run_load(base: str, cookie: str, args, start: str, end: str, mig: str = "",
-                   prom: str | None = None) -> list[tuple[str, dict]]:
+                   prom: str | None = None, routes_: list[tuple[str, str, dict]] | None = None) -> list[tuple[str, dict]]:
+    """Warm up and check every route, then `interleaved`; `routes_` replaces ROUTES (benchmarks/fleet_e2e.py)."""
     # The client drops a connection idle for 2 s: uvicorn closes idle ones after 5 s, and a request sent on a
     # connection the server is closing at that moment fails with ReadError (the keep-alive race), which is
     # the client's bookkeeping, not the route under test.
@@ -232,7 +233,8 @@ async def run_load(base: str, cookie: str, args, start: str, end: str, mig: str 
                           keepalive_expiry=2.0)
     async with httpx.AsyncClient(base_url=base, cookies={sessions.SESSION_COOKIE: cookie}, timeout=60,
                                  limits=limits) as client:
-        routes = [(label, path.format(start=start, end=end, mig=mig), headers) for label, path, headers in ROUTES]
+        routes = [(label, path.format(start=start, end=end, mig=mig), headers)
+                  for label, path, headers in (ROUTES if routes_ is None else routes_)]
         for label, path, headers in routes:  # warm-up and a check that every route answers
             r = await client.get(path, headers=headers)
             if r.status_code != 200:

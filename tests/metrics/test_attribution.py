@@ -178,3 +178,27 @@ def test_split_hours_keeps_each_bucket_in_its_hour():
     assert parts[H + 3600].occupancy[0].samples == {H + 3660: 2}
     assert parts[H + 3600].occupancy[0].activity == {H + 7200: 0.5}
     assert set(parts[H].services["search-chat"].requests_in_window) == set(MINUTES)
+
+
+def test_each_host_is_looked_up_in_the_policy_once_per_hour(monkeypatch):
+    """At 10,000 GPUs an hour holds ~25,000 series on ~1,250 hosts, and `pool_for_node` scans every pool's
+    node list: the pool of a host is found once per hour, not once per series (nor twice per occupied one)."""
+    from app.policy.document import PolicyDocument
+
+    calls: list[str] = []
+    original = PolicyDocument.pool_for_node
+    monkeypatch.setattr(PolicyDocument, "pool_for_node", lambda self, node: calls.append(node) or original(self, node))
+    batch = SourceBatch(H, H + 3600, occupancy=[
+        *(occ("gpu-a100-01", f"GPU-A{i}", UTIL, MINUTES, ns="vision-train", pod=f"a{i}") for i in range(4)),
+        *(occ("gpu-4090-01", f"GPU-R{i}", UTIL, MINUTES[:30], model=RTX4090, ns="vision-train", pod=f"r{i}")
+          for i in range(2)),
+        occ("gpu-4090-01", "GPU-R9", UTIL, MINUTES),  # reporting, unoccupied
+        *(occ("gpu-elsewhere-01", f"GPU-X{i}", UTIL, MINUTES, ns="vision-train", pod=f"x{i}") for i in range(3)),
+    ], services=busy_service(set(MINUTES)))
+    rollup = run(batch)
+    assert sorted(calls) == ["gpu-4090-01", "gpu-a100-01", "gpu-elsewhere-01"]
+    assert usage(rollup) == {("mixed-a100", "vision", "training", False): Decimal(4 * 3600),
+                             ("rtx", "vision", "training", False): Decimal(2 * 1800),
+                             ("unpooled", "vision", "training", False): Decimal(3 * 3600)}
+    assert {u.node: u.pool for u in rollup.units} == {"gpu-a100-01": "mixed-a100", "gpu-4090-01": "rtx",
+                                                      "gpu-elsewhere-01": "unpooled"}
