@@ -174,7 +174,8 @@ class UnitHourRollup(SQLModel, table=True):
     """
 
     __tablename__ = "unit_hour"
-    __table_args__ = (Index("ix_unit_hour_pool_hour", "pool", "hour"),)
+    # (pool, node, hour): a page of a pool's nodes, and the walk over its node names, read only their own rows
+    __table_args__ = (Index("ix_unit_hour_pool_hour", "pool", "hour"), Index("ix_unit_hour_pool_node_hour", "pool", "node", "hour"))
 
     hour: datetime = Field(primary_key=True)
     cluster: str = cluster_field(primary_key=True)

@@ -10,6 +10,7 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from sqlalchemy import func
+from sqlalchemy.orm import aliased
 from sqlmodel import Session, select
 
 from app.core.timeutil import SECONDS_PER_HOUR, aware
@@ -53,10 +54,20 @@ def _buckets(period: DateRange, hourly: bool) -> list:
 
 
 def pool_nodes(*, session: Session, period: DateRange, pool: str, cluster: str | None = None) -> list[str]:
-    """The nodes with unit-hours of `pool` in the range, in natural order ("node-2" before "node-10"): the heatmap's pages."""
-    where = [U.hour >= period.start_utc, U.hour < period.end_utc, U.pool == pool,
-             *([] if cluster is None else [U.cluster == cluster])]
-    return sorted(session.exec(select(U.node).where(*where).distinct()).all(), key=_natural)
+    """The nodes with unit-hours of `pool` in the range, in natural order ("node-2" before "node-10"): the heatmap's pages.
+
+    A DISTINCT would read every unit-hour of the pool over the range (7.4 M rows a month at 10,000 GPUs); this walks
+    the (pool, node, hour) index instead, one probe per node: the smallest node, then the smallest node after it."""
+    def within(t) -> list:
+        return [t.pool == pool, t.hour >= period.start_utc, t.hour < period.end_utc,
+                *([] if cluster is None else [t.cluster == cluster])]
+
+    walk = select(func.min(U.node).label("node")).where(*within(U)).cte("walk", recursive=True)
+    after = aliased(UnitHourRollup)
+    following = select(func.min(after.node)).where(*within(after), after.node > walk.c.node).scalar_subquery()
+    walk = walk.union_all(select(following).where(walk.c.node.is_not(None)))
+    nodes = session.exec(select(walk.c.node).where(walk.c.node.is_not(None))).all()
+    return sorted(nodes, key=_natural)
 
 
 def unit_occupancy(*, session: Session, period: DateRange, pool: str, gpu: str | None = None,
