@@ -1,0 +1,317 @@
+"""Rate a stored period with the per-row sums done by the database (issue 15: rating at the database's speed).
+
+`rating.rate_period` stays the reference. What it computes from each usage row (lines 3 and 6:
+micro-GPU-seconds x the pool-hour's rate in 1e-36, summed per segment row; GPU-seconds, activity,
+samples, first and last hour) depends on the pool-hour only through its rate, and the rate only on
+the pool-hour's cost and capacity. So here:
+
+1. the pool-hours are read without their usage and priced by the reference's own `Rater.price`
+   (a month is 40 pools x 744 hours, whatever the number of tenants);
+2. their integer rates are copied into a temporary table, and one GROUP BY over the usage rows
+   joined to it sums, exactly (NUMERIC on PostgreSQL; on SQLite, Python integer aggregates
+   registered on the connection), per segment row and per (pool-hour, inference tenant);
+3. the per-hour sums feed the reference's own `Rater.hour_lines` (reserved fees, overage against
+   the cover, idle, dark discount, unused reserve, SLA breaches), the segment sums `Rater.fold_usage`,
+   and `Rater.finish` rounds as for the reference.
+
+tests/billing/test_rating_sql.py proves the result equal to `rate_period` over the same rollups on
+both databases. Anything the reference would refuse (a negative GPU-seconds row, an unknown class,
+a policy it cannot rate with, a model without a price) makes this rate the period again by the
+reference path, which raises its own error, named the same way.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Integer,
+    MetaData,
+    Numeric,
+    Table,
+    Text,
+    and_,
+    case,
+    cast,
+    func,
+    literal,
+    literal_column,
+    select,
+    tuple_,
+)
+from sqlalchemy.engine import Connection
+from sqlmodel import Session
+
+from app.billing.loader import DocumentCache, load_hours
+from app.billing.rating import CLASSES, INFERENCE, TO_COVER, UNPOOLED_HOUR, Priced, Rater, rate_period, rating_context
+from app.billing.rating_sums import UsageSums
+from app.billing.types import RatingResult
+from app.core.errors import Invalid
+from app.metrics.models import UsageRollup
+
+
+class _Refused(Exception):
+    """The rollups hold a row the reference refuses: let it say why."""
+
+
+def rate_stored(*, session: Session, start: datetime, end: datetime, docs: DocumentCache | None = None) -> RatingResult:
+    """`rate_period` over the stored hours [start, end), equal to it, with the usage rows summed in the database."""
+    docs = docs or DocumentCache(session)
+    span = {"period_start": int(start.timestamp()), "period_end": int(end.timestamp())}
+    try:
+        with rating_context():
+            return _rate(session, start, end, docs, Rater(**span))
+    except (Invalid, _Refused):
+        return rate_period(load_hours(session=session, start=start, end=end, docs=docs), **span)
+
+
+def _rate(session: Session, start: datetime, end: datetime, docs: DocumentCache, rater: Rater) -> RatingResult:
+    priced: list[Priced] = []
+    rates: list[tuple] = []  # (hour, pool, version, rate, dark rate, covers key): None but the first three for an unpooled hour
+    covers: list[tuple] = []  # (covers key, tenant, cover in 1e-20)
+    keys: dict[int, int] = {}  # id of a cached covers dict -> its key
+    for h in load_hours(session=session, start=start, end=end, docs=docs, usage=False):
+        p = rater.price(h)
+        if p is None:
+            continue
+        if p is UNPOOLED_HOUR:
+            rates.append((h.hour, h.pool, h.policy_version, None, None, None))
+            continue
+        priced.append(p)
+        covered = rater.covers(p)
+        key = keys.get(id(covered))
+        if key is None:
+            key = keys[id(covered)] = len(keys)
+            covers.extend((key, tenant, cover) for tenant, cover in covered.items())
+        rates.append((h.hour, h.pool, h.policy_version, p.rate_int, p.dark_int, key))
+    if rater.missing:
+        raise _Refused  # a model without a price: the reference names every one, after checking every row
+    sums = _Sums()
+    if rates:
+        _sum_usage(session.connection(), start, end, rates, covers, sums)
+    for pool, version, tenant, klass, dark, row, least in sums.segments:
+        if klass not in CLASSES or least < 0:
+            raise _Refused
+        rater.fold_usage(pool, version, tenant, klass, dark, row)
+    for pool, version, tenant, first, last, over, amount in sums.overage:
+        rater.fold_overage(pool, version, tenant, first, last, over, amount)
+    for p in priced:
+        key = (p.hour.hour, p.hour.pool)
+        used, dark_used = sums.used.get(key, (0, 0))
+        rater.hour_lines(p, used, dark_used, sums.covered.get(key, 0))
+    return rater.finish()
+
+
+class _Sums:
+    """What the database summed: per segment row, per (segment, inference tenant), per pool-hour."""
+
+    def __init__(self) -> None:
+        self.segments: list[tuple] = []  # (pool, version, tenant, klass, dark, UsageSums, least GPU-seconds of a row)
+        self.overage: list[tuple] = []  # (pool, version, tenant, first, last, over in 1e-20, over x rate)
+        self.used: dict[tuple[int, str], tuple[int, int]] = {}  # micro-GPU-seconds used, in dark time by non-inference
+        self.covered: dict[tuple[int, str], int] = {}  # inference use within the covers (1e-20)
+
+    def segment(self, key, sums) -> None:
+        pool, version, tenant, klass, dark = key
+        gs, amount, activity, samples, first, last, least = sums
+        self.segments.append((pool, version, tenant, klass, bool(dark),
+                              UsageSums(int(first), int(last), int(gs), int(amount or 0), int(activity), int(samples)), least))
+
+    def hour(self, key, sums) -> None:
+        self.used[(int(key[0]), key[1])] = (int(sums[0]), int(sums[1]))
+
+    def tenant(self, key, sums) -> None:
+        over, amount, first, last = sums
+        self.overage.append((*key, int(first), int(last), int(over), int(amount)))
+
+    def hour_covered(self, key, sums) -> None:
+        self.covered[(int(key[0]), key[1])] = int(sums[0])
+
+
+def _tables(dialect: str) -> tuple[Table, Table]:
+    big = Numeric() if dialect == "postgresql" else Text()  # SQLite: exact integers as text, for the functions below
+    meta = MetaData()
+    rate = Table(
+        "rating_rate", meta,
+        Column("hour", BigInteger, nullable=False), Column("pool", Text, nullable=False),
+        Column("version", Integer, nullable=False), Column("rate", big), Column("dark_rate", big), Column("covers", Integer),
+        prefixes=["TEMPORARY"], postgresql_on_commit="DROP",
+    )
+    cover = Table(
+        "rating_cover", meta,
+        Column("covers", Integer, nullable=False), Column("tenant", Text, nullable=False), Column("cover", big, nullable=False),
+        prefixes=["TEMPORARY"], postgresql_on_commit="DROP",
+    )
+    return rate, cover
+
+
+def _sum_usage(conn: Connection, start: datetime, end: datetime, rates: list[tuple], covers: list[tuple], out: _Sums) -> None:
+    """The usage rows of the rated pool-hours, summed exactly with their rates and covers, into `out`."""
+    dialect = conn.dialect.name
+    tables = _tables(dialect)
+    for table in tables:
+        table.drop(conn, checkfirst=True)
+        table.create(conn)
+    try:
+        if dialect == "postgresql":
+            _copy(conn, "rating_rate (hour, pool, version, rate, dark_rate, covers)", rates)
+            _copy(conn, "rating_cover (covers, tenant, cover)", covers)
+            conn.exec_driver_sql("ANALYZE rating_rate")
+            conn.exec_driver_sql("ANALYZE rating_cover")
+        else:
+            _register_functions(conn)
+            text_int = lambda n: None if n is None else str(n)  # noqa: E731
+            conn.execute(tables[0].insert(), [
+                {"hour": h, "pool": p, "version": v, "rate": text_int(r), "dark_rate": text_int(d), "covers": k}
+                for h, p, v, r, d, k in rates
+            ])
+            if covers:
+                conn.execute(tables[1].insert(), [{"covers": k, "tenant": t, "cover": str(c)} for k, t, c in covers])
+        _query(conn, *tables, start, end, out)
+    finally:
+        for table in tables:
+            table.drop(conn)
+
+
+def _copy(conn: Connection, into: str, rows: list[tuple]) -> None:
+    cursor = conn.connection.driver_connection.cursor()
+    with cursor, cursor.copy(f"COPY {into} FROM STDIN") as cp:
+        for row in rows:
+            cp.write_row(row)
+
+
+class _Exact:
+    """Exact integer arithmetic in SQL: NUMERIC on PostgreSQL; on SQLite, integers as text through the
+    Python functions registered by `_register_functions` (its own integers stop at 64 bits)."""
+
+    def __init__(self, pg: bool):
+        self.pg = pg
+
+    def micro(self, gpu_seconds):
+        """A GPU-seconds column in micro-GPU-seconds (the column holds 6 decimals: exact)."""
+        return cast(gpu_seconds * 1_000_000, BigInteger) if self.pg else func.cb_micro(gpu_seconds)
+
+    def nano(self, u):
+        """round(activity_sum x 1e9) of an occupied row, as the loader reads it (float8 x 1e9 rounded half-even by rint())."""
+        if self.pg:
+            return case((u.activity_samples != 0, cast(func.round(u.activity_sum * literal_column("1e9::float8")), BigInteger)), else_=0)
+        return func.cb_nano(u.activity_sum, u.activity_samples)
+
+    def sum(self, x):
+        return func.sum(x) if self.pg else func.cb_sum(x)
+
+    def mul(self, a, b):
+        return a * b if self.pg else func.cb_mul(a, b)
+
+    def sub(self, a, b):
+        return a - b if self.pg else func.cb_sub(a, b)
+
+    def least(self, a, b):
+        return func.least(a, b) if self.pg else func.cb_least(a, b)
+
+    def epoch_is(self, hour, epoch):
+        """An hour column equal to an epoch-seconds one (PostgreSQL: the column itself is compared, no per-row conversion)."""
+        if self.pg:
+            return hour == func.to_timestamp(epoch)
+        return cast(func.strftime("%s", hour), BigInteger) == epoch
+
+
+def _query(conn: Connection, rate: Table, cover: Table, start: datetime, end: datetime, out: _Sums) -> None:
+    pg = conn.dialect.name == "postgresql"
+    x = _Exact(pg)
+    u, r, c = UsageRollup.__table__.c, rate.c, cover.c
+    in_period = (u.hour >= start, u.hour < end)
+
+    # 1. every usage row: lines 3 and 6 per segment row, and GPU-seconds used per pool-hour
+    joined = UsageRollup.__table__.join(rate, and_(x.epoch_is(u.hour, r.hour), u.pool == r.pool))
+    micro = x.micro(u.gpu_seconds)
+    segment_key = (r.pool, r.version, u.tenant, u.klass, u.dark)
+    segment_sums = (x.sum(micro), x.sum(x.mul(micro, case((u.dark, r.dark_rate), else_=r.rate))), x.sum(x.nano(u)),
+                    func.sum(u.activity_samples), func.min(r.hour), func.max(r.hour), func.min(u.gpu_seconds))
+    hour_key = (r.hour, r.pool)
+    hour_sums = (x.sum(micro), x.sum(case((and_(u.dark, u.klass != INFERENCE), micro), else_=0)))
+    _grouped(conn, pg, joined, in_period, (segment_key, segment_sums, out.segment), (hour_key, hour_sums, out.hour))
+
+    # 2. inference use per pool-hour and tenant against its cover: line 2 per segment, and what the covers
+    # took per pool-hour (the reserve left unused)
+    inference = (select(u.hour, u.pool, u.tenant, x.sum(x.micro(u.gpu_seconds)).label("gs"))
+                 .where(u.klass == INFERENCE, *in_period).group_by(u.hour, u.pool, u.tenant).cte("inference"))
+    i = inference.c
+    joined = inference.join(rate, and_(x.epoch_is(i.hour, r.hour), i.pool == r.pool, r.rate.is_not(None))).outerjoin(
+        cover, and_(c.covers == r.covers, c.tenant == i.tenant))
+    gs = x.mul(i.gs, literal_column(str(TO_COVER)) if pg else literal(str(TO_COVER)))  # in 1e-20, as the covers
+    covered = x.least(gs, func.coalesce(c.cover, 0 if pg else "0"))
+    over = x.sub(gs, covered)
+    tenant = ((r.pool, r.version, i.tenant), (x.sum(over), x.sum(x.mul(over, r.rate)), func.min(r.hour), func.max(r.hour)), out.tenant)
+    _grouped(conn, pg, joined, (), tenant, (hour_key, (x.sum(covered),), out.hour_covered))
+
+
+def _grouped(conn: Connection, pg: bool, joined, where, *groupings) -> None:
+    """Each (key, sums, sink) grouping of the joined rows into its sink: on PostgreSQL in one scan (GROUPING SETS)."""
+    if not pg:
+        for key, sums, sink in groupings:
+            for row in conn.execute(select(*key, *sums).select_from(joined).where(*where).group_by(*key)):
+                sink(row[:len(key)], row[len(key):])
+        return
+    columns, slices = [], []
+    for key, sums, _sink in groupings:
+        slices.append((len(columns), len(columns) + len(key), len(columns) + len(key) + len(sums)))
+        columns.extend(key)
+        columns.extend(sums)
+    first_key = groupings[0][0]
+    q = (select(func.grouping(*first_key), *columns).select_from(joined).where(*where)
+         .group_by(func.grouping_sets(*(tuple_(*key) for key, _sums, _sink in groupings))))
+    for row in conn.execute(q):
+        which = 0 if row[0] == 0 else 1  # grouping() is 0 in the first set's rows, where all its key columns are grouped
+        a, b, e = slices[which]
+        groupings[which][2](row[1 + a:1 + b], row[1 + b:1 + e])
+
+
+# SQLite: exact sums of numbers too large for its 64-bit integers, as Python aggregates (returned as text)
+
+
+def _micro(value) -> int:
+    """A stored GPU-seconds value as micro-GPU-seconds, read as the loader reads it (SQLAlchemy's
+    Numeric(20, 6) on SQLite: the stored number formatted to 6 decimals)."""
+    return int(Decimal(f"{value:.6f}").scaleb(6))
+
+
+class _Sum:
+    def __init__(self) -> None:
+        self.total = 0
+
+    def step(self, value) -> None:
+        if value is not None:
+            self.total += int(value)
+
+    def finalize(self) -> str:
+        return str(self.total)
+
+
+def _mul(a, b) -> str | None:
+    return None if a is None or b is None else str(int(a) * int(b))
+
+
+def _sub(a, b) -> str | None:
+    return None if a is None or b is None else str(int(a) - int(b))
+
+
+def _least(a, b) -> str | None:
+    return None if a is None or b is None else str(min(int(a), int(b)))
+
+
+def _nano(activity_sum, samples) -> int:
+    return round(activity_sum * 1e9) if samples else 0
+
+
+def _register_functions(conn: Connection) -> None:
+    raw = conn.connection.driver_connection
+    raw.create_function("cb_micro", 1, lambda v: None if v is None else str(_micro(v)), deterministic=True)
+    raw.create_function("cb_nano", 2, _nano, deterministic=True)
+    raw.create_function("cb_mul", 2, _mul, deterministic=True)
+    raw.create_function("cb_sub", 2, _sub, deterministic=True)
+    raw.create_function("cb_least", 2, _least, deterministic=True)
+    raw.create_aggregate("cb_sum", 1, _Sum)
