@@ -22,12 +22,15 @@ reference path, which raises its own error, named the same way.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
 
 from sqlalchemy import (
     BigInteger,
     Column,
+    DateTime,
     Integer,
     MetaData,
     Numeric,
@@ -50,6 +53,7 @@ from app.billing.rating import CLASSES, INFERENCE, TO_COVER, UNPOOLED_HOUR, Pric
 from app.billing.rating_sums import UsageSums
 from app.billing.types import RatingResult
 from app.core.errors import Invalid
+from app.core.timeutil import from_epoch
 from app.metrics.models import UsageRollup
 
 
@@ -100,8 +104,7 @@ def _rate(session: Session, start: datetime, end: datetime, docs: DocumentCache,
         rater.fold_overage(pool, version, tenant, first, last, over, amount)
     for p in priced:
         key = (p.hour.hour, p.hour.pool)
-        used, dark_used = sums.used.get(key, (0, 0))
-        rater.hour_lines(p, used, dark_used, sums.covered.get(key, 0))
+        rater.hour_lines(p, *sums.used.get(key, (0, 0, 0)))
     return rater.finish()
 
 
@@ -111,24 +114,27 @@ class _Sums:
     def __init__(self) -> None:
         self.segments: list[tuple] = []  # (pool, version, tenant, klass, dark, UsageSums, least GPU-seconds of a row)
         self.overage: list[tuple] = []  # (pool, version, tenant, first, last, over in 1e-20, over x rate)
-        self.used: dict[tuple[int, str], tuple[int, int]] = {}  # micro-GPU-seconds used, in dark time by non-inference
-        self.covered: dict[tuple[int, str], int] = {}  # inference use within the covers (1e-20)
+        # micro-GPU-seconds used, in dark time by other classes than inference, and inference use within the covers (1e-20)
+        self.used: dict[tuple[int, str], tuple[int, int, int]] = {}
+        self.exact: _Exact | None = None
 
     def segment(self, key, sums) -> None:
         pool, version, tenant, klass, dark = key
         gs, amount, activity, samples, first, last, least = sums
+        micro = self.exact.micro
         self.segments.append((pool, version, tenant, klass, bool(dark),
-                              UsageSums(int(first), int(last), int(gs), int(amount or 0), int(activity), int(samples)), least))
-
-    def hour(self, key, sums) -> None:
-        self.used[(int(key[0]), key[1])] = (int(sums[0]), int(sums[1]))
+                              UsageSums(int(first), int(last), micro(gs), micro(amount or 0), int(activity), int(samples)), least))
 
     def tenant(self, key, sums) -> None:
-        over, amount, first, last = sums
-        self.overage.append((*key, int(first), int(last), int(over), int(amount)))
+        if key[2] is not None:  # the other classes' row of each pool-hour
+            over, amount, first, last = sums
+            self.overage.append((*key, int(first), int(last), int(over), int(amount)))
 
-    def hour_covered(self, key, sums) -> None:
-        self.covered[(int(key[0]), key[1])] = int(sums[0])
+    def hour(self, key, sums) -> None:
+        gs, dark, covered = sums
+        hour = (int(key[0]), key[1])
+        used, dark_used, within = self.used.get(hour, (0, 0, 0))
+        self.used[hour] = (used + self.exact.micro(gs), dark_used + self.exact.micro(dark), within + int(covered))
 
 
 def _tables(dialect: str) -> tuple[Table, Table]:
@@ -138,6 +144,7 @@ def _tables(dialect: str) -> tuple[Table, Table]:
         "rating_rate", meta,
         Column("hour", BigInteger, nullable=False), Column("pool", Text, nullable=False),
         Column("version", Integer, nullable=False), Column("rate", big), Column("dark_rate", big), Column("covers", Integer),
+        *([Column("at", DateTime(timezone=True), nullable=False)] if dialect == "postgresql" else []),  # the hour as a timestamp
         prefixes=["TEMPORARY"], postgresql_on_commit="DROP",
     )
     cover = Table(
@@ -157,7 +164,7 @@ def _sum_usage(conn: Connection, start: datetime, end: datetime, rates: list[tup
         table.create(conn)
     try:
         if dialect == "postgresql":
-            _copy(conn, "rating_rate (hour, pool, version, rate, dark_rate, covers)", rates)
+            _copy(conn, "rating_rate (hour, pool, version, rate, dark_rate, covers, at)", [(*r, from_epoch(r[0])) for r in rates])
             _copy(conn, "rating_cover (covers, tenant, cover)", covers)
             conn.exec_driver_sql("ANALYZE rating_rate")
             conn.exec_driver_sql("ANALYZE rating_cover")
@@ -170,10 +177,29 @@ def _sum_usage(conn: Connection, start: datetime, end: datetime, rates: list[tup
             ])
             if covers:
                 conn.execute(tables[1].insert(), [{"covers": k, "tenant": t, "cover": str(c)} for k, t, c in covers])
-        _query(conn, *tables, start, end, out)
+        if dialect == "postgresql":
+            with _settings(conn, work_mem="256MB", enable_nestloop="off"):
+                _query(conn, *tables, start, end, out)
+        else:
+            _query(conn, *tables, start, end, out)
     finally:
         for table in tables:
             table.drop(conn)
+
+
+@contextmanager
+def _settings(conn: Connection, **values: str) -> Iterator[None]:
+    """PostgreSQL settings for the two sums, put back afterwards: hash aggregates that fit in memory
+    (a month's pool-hour x inference tenant groups spill to disk at the default 4 MB), and hash joins
+    (the planner misjudges the temporary table and probes the usage index once per pool-hour)."""
+    before = {name: conn.exec_driver_sql(f"SHOW {name}").scalar() for name in values}
+    for name, value in values.items():
+        conn.execute(select(func.set_config(name, value, True)))
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            conn.execute(select(func.set_config(name, value, True)))
 
 
 def _copy(conn: Connection, into: str, rows: list[tuple]) -> None:
@@ -190,9 +216,17 @@ class _Exact:
     def __init__(self, pg: bool):
         self.pg = pg
 
-    def micro(self, gpu_seconds):
-        """A GPU-seconds column in micro-GPU-seconds (the column holds 6 decimals: exact)."""
-        return cast(gpu_seconds * 1_000_000, BigInteger) if self.pg else func.cb_micro(gpu_seconds)
+    def gs(self, gpu_seconds):
+        """A GPU-seconds column to sum: NUMERIC with 6 decimals as stored, or micro-GPU-seconds (SQLite)."""
+        return gpu_seconds if self.pg else func.cb_micro(gpu_seconds)
+
+    def micro(self, value) -> int:
+        """A sum of `gs` (or of `gs` x integer rates) as an integer in micro-units."""
+        return int(Decimal(value).scaleb(6)) if self.pg else int(value)
+
+    def in_cover_units(self, gs):
+        """A `gs` sum in 1e-20, the covers' unit."""
+        return gs * literal_column(f"1{'0' * 20}") if self.pg else func.cb_mul(gs, literal(str(TO_COVER)))
 
     def nano(self, u):
         """round(activity_sum x 1e9) of an occupied row, as the loader reads it (float8 x 1e9 rounded half-even by rint())."""
@@ -212,46 +246,47 @@ class _Exact:
     def least(self, a, b):
         return func.least(a, b) if self.pg else func.cb_least(a, b)
 
-    def epoch_is(self, hour, epoch):
-        """An hour column equal to an epoch-seconds one (PostgreSQL: the column itself is compared, no per-row conversion)."""
+    def same_hour(self, hour, rate):
+        """An hour column equal to the rate table's hour (PostgreSQL: as timestamps, no per-row conversion)."""
         if self.pg:
-            return hour == func.to_timestamp(epoch)
-        return cast(func.strftime("%s", hour), BigInteger) == epoch
+            return hour == rate.c.at
+        return cast(func.strftime("%s", hour), BigInteger) == rate.c.hour
 
 
 def _query(conn: Connection, rate: Table, cover: Table, start: datetime, end: datetime, out: _Sums) -> None:
     pg = conn.dialect.name == "postgresql"
-    x = _Exact(pg)
+    x = out.exact = _Exact(pg)
     u, r, c = UsageRollup.__table__.c, rate.c, cover.c
     in_period = (u.hour >= start, u.hour < end)
 
-    # 1. every usage row: lines 3 and 6 per segment row, and GPU-seconds used per pool-hour
-    joined = UsageRollup.__table__.join(rate, and_(x.epoch_is(u.hour, r.hour), u.pool == r.pool))
-    micro = x.micro(u.gpu_seconds)
+    # 1. every usage row, for lines 3 and 6: one GROUP BY per segment row, joined to the pool-hour rates
+    joined = UsageRollup.__table__.join(rate, and_(x.same_hour(u.hour, rate), u.pool == r.pool))
+    gs = x.gs(u.gpu_seconds)
     segment_key = (r.pool, r.version, u.tenant, u.klass, u.dark)
-    segment_sums = (x.sum(micro), x.sum(x.mul(micro, case((u.dark, r.dark_rate), else_=r.rate))), x.sum(x.nano(u)),
+    segment_sums = (x.sum(gs), x.sum(x.mul(gs, case((u.dark, r.dark_rate), else_=r.rate))), x.sum(x.nano(u)),
                     func.sum(u.activity_samples), func.min(r.hour), func.max(r.hour), func.min(u.gpu_seconds))
-    hour_key = (r.hour, r.pool)
-    hour_sums = (x.sum(micro), x.sum(case((and_(u.dark, u.klass != INFERENCE), micro), else_=0)))
-    _grouped(conn, pg, joined, in_period, (segment_key, segment_sums, out.segment), (hour_key, hour_sums, out.hour))
+    _grouped(conn, pg, joined, in_period, (segment_key, segment_sums, out.segment))
 
-    # 2. inference use per pool-hour and tenant against its cover: line 2 per segment, and what the covers
-    # took per pool-hour (the reserve left unused)
-    inference = (select(u.hour, u.pool, u.tenant, x.sum(x.micro(u.gpu_seconds)).label("gs"))
-                 .where(u.klass == INFERENCE, *in_period).group_by(u.hour, u.pool, u.tenant).cte("inference"))
-    i = inference.c
-    joined = inference.join(rate, and_(x.epoch_is(i.hour, r.hour), i.pool == r.pool, r.rate.is_not(None))).outerjoin(
+    # 2. per pool-hour: use in all, in dark time by other classes than inference, and per inference tenant
+    # against its cover (line 2 per segment, and the reserve left unused per pool-hour)
+    tenant = case((u.klass == INFERENCE, u.tenant), else_=None)
+    dark = case((and_(u.dark, u.klass != INFERENCE), gs), else_=0 if pg else "0")
+    per_hour = (select(u.hour, u.pool, tenant.label("tenant"), x.sum(gs).label("gs"), x.sum(dark).label("dark"))
+                .where(*in_period).group_by(u.hour, u.pool, tenant).cte("per_hour"))
+    i = per_hour.c
+    joined = per_hour.join(rate, and_(x.same_hour(i.hour, rate), i.pool == r.pool, r.rate.is_not(None))).outerjoin(
         cover, and_(c.covers == r.covers, c.tenant == i.tenant))
-    gs = x.mul(i.gs, literal_column(str(TO_COVER)) if pg else literal(str(TO_COVER)))  # in 1e-20, as the covers
-    covered = x.least(gs, func.coalesce(c.cover, 0 if pg else "0"))
-    over = x.sub(gs, covered)
-    tenant = ((r.pool, r.version, i.tenant), (x.sum(over), x.sum(x.mul(over, r.rate)), func.min(r.hour), func.max(r.hour)), out.tenant)
-    _grouped(conn, pg, joined, (), tenant, (hour_key, (x.sum(covered),), out.hour_covered))
+    units = x.in_cover_units(i.gs)
+    covered = x.least(units, func.coalesce(c.cover, 0 if pg else "0"))
+    over = x.sub(units, covered)
+    tenants = ((r.pool, r.version, i.tenant), (x.sum(over), x.sum(x.mul(over, r.rate)), func.min(r.hour), func.max(r.hour)), out.tenant)
+    hours = ((r.hour, r.pool), (x.sum(i.gs), x.sum(i.dark), x.sum(covered)), out.hour)
+    _grouped(conn, pg, joined, (), tenants, hours)
 
 
 def _grouped(conn: Connection, pg: bool, joined, where, *groupings) -> None:
     """Each (key, sums, sink) grouping of the joined rows into its sink: on PostgreSQL in one scan (GROUPING SETS)."""
-    if not pg:
+    if not pg or len(groupings) == 1:
         for key, sums, sink in groupings:
             for row in conn.execute(select(*key, *sums).select_from(joined).where(*where).group_by(*key)):
                 sink(row[:len(key)], row[len(key):])
