@@ -1,13 +1,17 @@
 """Benchmark: rate and close one month of rollups (500 tenants, 40 pools, 8,192 GPUs) on PostgreSQL.
 
-Run:  .venv/bin/python benchmarks/rating.py [--tenants 500 --pools 40 --gpus 8192 --month 2026-10]
+Run:  .venv/bin/python benchmarks/rating.py [--tenants 500 --pools 40 --gpus 8192 --month 2026-10] [--scale N]
+      (--scale 10: 5,000 tenants, 7.44M usage rows; --generate-only / --db URL to generate once and rate it
+      again; --no-close to skip the two closes, which issue one invoice PDF per tenant)
 
 Creates a throwaway database on the server in CHARGEBACK_BENCH_PG_URL (default the local test
 server), loads the rollups with COPY in a child process (so the parent's peak RSS is that of
 rating and closing only), then times, in the same run:
   baseline  one SQL GROUP BY over the month's usage rollups (what reading the inputs costs)
   load      streaming the month through the loader (RatingHour objects) without rating
-  rate      `periods.rate` (load + rate + store lines), committed
+  rate      `periods.rate` (the SQL path `rating_sql.rate_stored` + store lines), committed
+  SQL path  `rating_sql.rate_stored` alone, then the reference `rate_period` over `load_hours` alone,
+            their results compared (they must be equal), peak RSS after each
   close     `periods.close` as before migration 0011 (CSV/FOCUS/PDF hashed only), rolled back, then as now
             (re-rate + store + every issued document: exports, invoice PDFs, report PDF + audit), committed
 and prints each relative to the baseline, plus peak RSS.

@@ -5,17 +5,19 @@ folded into lines keyed by (account, pool, kind, class, service, policy version)
 once, half-even to the currency's cents, after the whole period is summed.
 
 Why fixed-point quanta: adding numbers of ~50 significant digits is not associative, so a period
-total could depend on the order hours arrive in. So every per-hour amount is made exact at a fixed
-scale: the rate is quantized to 1e-36 per GPU-second, making each usage row's `GPU-seconds x rate`
-(GPU-seconds carry 6 decimals) an exact product, and the few per-hour amounts that need a division
-(fees, covers, penalty shares) are quantized to 1e-20. Every later sum is then exact, so the result
-is the same for any order, and a line total is within 1e-24 of the exact SPEC value; quantizing it
-to 1e-20 before rounding to cents keeps half-even ties exact. The conservation identity holds to
+total could depend on the order hours arrive in. So every amount is exact: the rate is quantized to
+1e-36 per GPU-second, and each usage row's `GPU-seconds x rate` (GPU-seconds carry 6 decimals), each
+hour's idle, dark-discount, overage and unused-reserve `GPU-seconds x rate` (GPU-seconds above or
+below a cover, which is quantized to 1e-20) are exact integer products, summed as Python integers
+and rounded once per line (half-even to 1e-20, then to cents) in `finish`. Line 1 is f x C x share
+with C summed exactly over the segment's hours (each C quantized to 1e-20), and SLA penalty shares
+are quantized to 1e-20 per breach minute. Every sum is then exact, so the result is the same for any
+order, and a line total is within 1e-20 of the exact SPEC value. The conservation identity holds to
 ~1e-18 before rounding, and the ROUNDING line absorbs the rest to the cent.
 
-The per-row products are summed as Python integers (micro-GPU-seconds x the rate in 1e-36, i.e.
-amounts in 1e-42): the same exact values as Decimal products, several times cheaper, converted to
-Decimal once per line in `finish`.
+Because every per-row and per-hour amount is an exact sum of products, the same sums can be taken
+by a database: `rating_sql` does so for stored periods, sharing `Rater.price`, `hour_lines` and
+`finish` with this reference path, and is tested equal to it (tests/billing/test_rating_sql.py).
 """
 
 from __future__ import annotations
