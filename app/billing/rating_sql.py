@@ -22,8 +22,9 @@ reference path, which raises its own error, named the same way.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from decimal import Decimal
 
@@ -46,6 +47,7 @@ from sqlalchemy import (
     tuple_,
 )
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
 from app.billing.loader import DocumentCache, load_hours
@@ -138,19 +140,29 @@ class _Sums:
 
 
 def _tables(dialect: str) -> tuple[Table, Table]:
-    big = Numeric() if dialect == "postgresql" else Text()  # SQLite: exact integers as text, for the functions below
+    """The rates and covers of one rating run.
+
+    SQLite: temporary tables, exact integers as text (for the functions below). PostgreSQL: UNLOGGED
+    tables named for this run, created and dropped inside the caller's transaction (so a rollback takes
+    them too, and concurrent runs do not meet): not temporary, because PostgreSQL never scans a temporary
+    table in parallel workers, and the GROUP BY rating is measured against runs in parallel.
+    """
+    pg = dialect == "postgresql"
+    big = Numeric() if pg else Text()
     meta = MetaData()
+    suffix = f"_{secrets.token_hex(6)}" if pg else ""
+    options = {"prefixes": ["UNLOGGED"]} if pg else {"prefixes": ["TEMPORARY"]}
     rate = Table(
-        "rating_rate", meta,
+        f"rating_rate{suffix}", meta,
         Column("hour", BigInteger, nullable=False), Column("pool", Text, nullable=False),
         Column("version", Integer, nullable=False), Column("rate", big), Column("dark_rate", big), Column("covers", Integer),
-        *([Column("at", DateTime(timezone=True), nullable=False)] if dialect == "postgresql" else []),  # the hour as a timestamp
-        prefixes=["TEMPORARY"], postgresql_on_commit="DROP",
+        *([Column("at", DateTime(timezone=True), nullable=False)] if pg else []),  # the hour as a timestamp
+        **options,
     )
     cover = Table(
-        "rating_cover", meta,
+        f"rating_cover{suffix}", meta,
         Column("covers", Integer, nullable=False), Column("tenant", Text, nullable=False), Column("cover", big, nullable=False),
-        prefixes=["TEMPORARY"], postgresql_on_commit="DROP",
+        **options,
     )
     return rate, cover
 
@@ -164,10 +176,11 @@ def _sum_usage(conn: Connection, start: datetime, end: datetime, rates: list[tup
         table.create(conn)
     try:
         if dialect == "postgresql":
-            _copy(conn, "rating_rate (hour, pool, version, rate, dark_rate, covers, at)", [(*r, from_epoch(r[0])) for r in rates])
-            _copy(conn, "rating_cover (covers, tenant, cover)", covers)
-            conn.exec_driver_sql("ANALYZE rating_rate")
-            conn.exec_driver_sql("ANALYZE rating_cover")
+            rate, cover = tables
+            _copy(conn, f"{rate.name} (hour, pool, version, rate, dark_rate, covers, at)", [(*r, from_epoch(r[0])) for r in rates])
+            _copy(conn, f"{cover.name} (covers, tenant, cover)", covers)
+            conn.exec_driver_sql(f"ANALYZE {rate.name}")
+            conn.exec_driver_sql(f"ANALYZE {cover.name}")
         else:
             _register_functions(conn)
             text_int = lambda n: None if n is None else str(n)  # noqa: E731
@@ -183,8 +196,9 @@ def _sum_usage(conn: Connection, start: datetime, end: datetime, rates: list[tup
         else:
             _query(conn, *tables, start, end, out)
     finally:
-        for table in tables:
-            table.drop(conn)
+        with suppress(DBAPIError):  # after a failed statement PostgreSQL refuses it; the rollback takes the tables
+            for table in tables:
+                table.drop(conn)
 
 
 @contextmanager
