@@ -1,13 +1,17 @@
 """Benchmark: rate and close one month of rollups (500 tenants, 40 pools, 8,192 GPUs) on PostgreSQL.
 
-Run:  .venv/bin/python benchmarks/rating.py [--tenants 500 --pools 40 --gpus 8192 --month 2026-10]
+Run:  .venv/bin/python benchmarks/rating.py [--tenants 500 --pools 40 --gpus 8192 --month 2026-10] [--scale N]
+      (--scale 10: 5,000 tenants, 7.44M usage rows; --generate-only / --db URL to generate once and rate it
+      again; --no-close to skip the two closes, which issue one invoice PDF per tenant)
 
 Creates a throwaway database on the server in CHARGEBACK_BENCH_PG_URL (default the local test
 server), loads the rollups with COPY in a child process (so the parent's peak RSS is that of
 rating and closing only), then times, in the same run:
   baseline  one SQL GROUP BY over the month's usage rollups (what reading the inputs costs)
   load      streaming the month through the loader (RatingHour objects) without rating
-  rate      `periods.rate` (load + rate + store lines), committed
+  rate      `periods.rate` (the SQL path `rating_sql.rate_stored` + store lines), committed
+  SQL path  `rating_sql.rate_stored` alone, then the reference `rate_period` over `load_hours` alone,
+            their results compared (they must be equal), peak RSS after each
   close     `periods.close`, the finalize step (re-rate + store lines + status + audit), committed
   issue     the worker's issuing step (`issuing.issue_period`): every document rendered from the stored
             lines (CSV, FOCUS, period PDF, each tenant's invoice PDF, report PDF), stored, hashes set,
@@ -155,25 +159,30 @@ def generate(url: str, args) -> None:
         with cur.copy("COPY pool_hour_model (hour, pool, model, gpus, measured_gpus, measured_kwh) FROM STDIN") as cp:
             for row in model_rows:
                 cp.write_row(row)
+        # text COPY written a pool-hour at a time (write_row per row made generation at --scale 10 the slowest step)
         with cur.copy("COPY usage_rollup (hour, pool, tenant, klass, dark, gpu_seconds, activity_sum, activity_samples, policy_version_id) FROM STDIN") as us:
             h = start
+            uniform = rng.uniform
             while h < end:
+                stamp = h.isoformat()
                 for p in fleet.pool_names:
                     capacity = fleet.pool_gpus[p] * 3600
                     members = fleet.in_pool[p]
                     share = capacity * 0.9 / max(1, len(members))
+                    out = []
                     for name, klass in members:
-                        used = share * rng.uniform(0.2, 1.0)
+                        used = share * uniform(0.2, 1.0)
                         if klass == "inference":
-                            parts = [(False, used)]
+                            parts = ((False, used),)
                         else:
-                            dark = used * rng.uniform(0.1, 0.5)
-                            parts = [(False, used - dark), (True, dark)]
+                            dark = used * uniform(0.1, 0.5)
+                            parts = ((False, used - dark), (True, dark))
                         for is_dark, seconds in parts:
                             samples = int(seconds // 30)
-                            us.write_row((h, p, name, klass, is_dark, Decimal(f"{seconds:.6f}"),
-                                          samples * rng.uniform(0.3, 0.9), samples, version))
-                            counts["usage"] += 1
+                            out.append(f"{stamp}\t{p}\t{name}\t{klass}\t{'t' if is_dark else 'f'}\t{seconds:.6f}\t"
+                                       f"{samples * uniform(0.3, 0.9)!r}\t{samples}\t{version}\n")
+                    counts["usage"] += len(out)
+                    us.write("".join(out))
                 h += timedelta(hours=1)
         minutes = int((end - start).total_seconds() // 60)
         minute_rows, share_rows = [], []
@@ -218,13 +227,22 @@ def main() -> None:
     parser.add_argument("--pools", type=int, default=40)
     parser.add_argument("--gpus", type=int, default=8192)
     parser.add_argument("--month", default="2026-10")
-    parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument("--scale", type=int, default=1, help="N x the tenants (so N x the usage rows), same pools and GPUs")
+    parser.add_argument("--keep", action="store_true", help="keep the database afterwards (its URL is printed)")
+    parser.add_argument("--db", help="rate an already generated database (from --keep) instead of a new one")
+    parser.add_argument("--generate-only", action="store_true", help="generate (implies --keep) and stop")
+    parser.add_argument("--no-close", action="store_true", help="skip close and issuing (one invoice PDF per tenant)")
     parser.add_argument("--pdf-sample", type=int, default=40, help="tenants whose invoice PDF is timed both ways")
     args = parser.parse_args()
+    args.tenants *= args.scale
+    if args.db:
+        run(args.db, args)
+        return
 
     from app.core.migrate import upgrade
 
     url = create_database()
+    keep = args.keep or args.generate_only
     try:
         upgrade(url)
         t0 = time.perf_counter()
@@ -234,15 +252,20 @@ def main() -> None:
         if child.exitcode:
             raise SystemExit(f"generation failed (exit {child.exitcode})")
         print(f"generation: {time.perf_counter() - t0:.1f} s", flush=True)
-        run(url, args)
+        if keep:
+            print(f"database kept: {url}", flush=True)
+        if not args.generate_only:
+            run(url, args)
     finally:
-        if not args.keep:
+        if not keep:
             drop_database(url)
 
 
 def run(url: str, args) -> None:
     from app.billing import periods
     from app.billing.loader import load_hours
+    from app.billing.rating import rate_period
+    from app.billing.rating_sql import rate_stored
     from app.core.db import make_engine, unit_of_work
 
     engine = make_engine(url)
@@ -256,6 +279,7 @@ def run(url: str, args) -> None:
         with engine.connect() as conn:
             return len(conn.execute(group_by, {"s": start, "e": end}).all())
 
+    load_before = os.getloadavg()[0]
     baseline()  # warm the buffer cache so neither side pays for disk reads
     t_base, groups = min((_timed(baseline) for _ in range(3)), key=lambda r: r[0])
 
@@ -263,14 +287,44 @@ def run(url: str, args) -> None:
         with unit_of_work(engine) as s:
             return sum(len(h.usage) + len(h.micro_usage) for h in load_hours(session=s, start=start, end=end))
 
-    t_load, usage_rows = _timed(load_only, "load")
-
     def rate():
         with unit_of_work(engine) as s:
             row = periods.rate(session=s, period=args.month, actor="bench")
             return row.revision
 
+    span = {"period_start": int(start.timestamp()), "period_end": int(end.timestamp())}
+
+    def sql_path():
+        with unit_of_work(engine) as s:
+            return rate_stored(session=s, start=start, end=end)
+
+    def reference_path():
+        with unit_of_work(engine) as s:
+            return rate_period(load_hours(session=s, start=start, end=end), **span)
+
+    # the SQL path first, so the peak RSS after it is its own (the reference holds a day of rows at a time)
     t_rate, _ = _timed(rate, "rate")
+    t_sql, by_sql = _timed(sql_path, "sql")
+    rss_sql = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    t_ref, by_reference = _timed(reference_path, "reference")
+    rss_ref = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    equal = (by_sql.lines == by_reference.lines and by_sql.usage == by_reference.usage and by_sql.cost_by_pool == by_reference.cost_by_pool
+             and by_sql.unattributed == by_reference.unattributed and by_sql.unpooled == by_reference.unpooled)
+    print(f"fleet: {args.tenants} tenants (scale {args.scale}), {args.pools} pools, {args.gpus:,} GPUs, month {args.month}", flush=True)
+    print(f"load average before rating: {load_before:.1f} on {os.cpu_count()} CPUs; now {os.getloadavg()[0]:.1f}")
+    print(f"baseline GROUP BY      : {t_base:7.2f} s wall   1.0x")
+    print(f"rate (periods.rate)    : {t_rate:7.2f} s wall  {t_rate / t_base:5.1f}x   python CPU {CPU['rate']:6.2f} s   (goal <= 3x; SQL path + store lines)")
+    print(f"  SQL path alone       : {t_sql:7.2f} s wall  {t_sql / t_base:5.1f}x   python CPU {CPU['sql']:6.2f} s   peak RSS so far {rss_sql:,.0f} MiB")
+    print(f"  reference path alone : {t_ref:7.2f} s wall  {t_ref / t_base:5.1f}x   python CPU {CPU['reference']:6.2f} s   peak RSS so far {rss_ref:,.0f} MiB"
+          f"   (rate_period over load_hours)")
+    print(f"  reference / SQL path : {t_ref / t_sql:5.1f}x wall; results equal (lines, usage, pool costs, unattributed, unpooled): {equal}", flush=True)
+    if not equal:
+        raise SystemExit("the SQL path and the reference differ")
+    if args.no_close:
+        engine.dispose()
+        return
+    t_load, usage_rows = _timed(load_only, "load")
+    print(f"load (no rating)       : {t_load:7.2f} s wall  {t_load / t_base:5.1f}x   python CPU {CPU['load']:6.2f} s   ({usage_rows:,} usage rows)", flush=True)
 
     def close():
         with unit_of_work(engine) as s:
@@ -313,12 +367,8 @@ def run(url: str, args) -> None:
         events = conn.execute(text("SELECT count(*) FROM event WHERE type = 'period.finalized'")).scalar()
     engine.dispose()
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"fleet: {args.tenants} tenants, {args.pools} pools, {args.gpus:,} GPUs, month {args.month}")
-    print(f"usage rollup rows: {usage_rows:,} (GROUP BY -> {groups:,} groups); charge lines stored: {lines:,}; status {status}")
+    print(f"GROUP BY -> {groups:,} groups; charge lines stored: {lines:,}; status {status}")
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (wall times include waiting for a CPU)")
-    print(f"baseline GROUP BY : {t_base:7.2f} s wall   1.0x")
-    print(f"load (no rating)  : {t_load:7.2f} s wall  {t_load / t_base:5.1f}x   python CPU {CPU['load']:6.2f} s")
-    print(f"rate              : {t_rate:7.2f} s wall  {t_rate / t_base:5.1f}x   python CPU {CPU['rate']:6.2f} s   (goal <= 3x)")
     print(f"close (finalize)  : {t_close:7.2f} s wall  {t_close / t_base:5.1f}x   python CPU {CPU['close']:6.2f} s   "
           f"(re-rate + store lines + status + audit; goal <= 4x)")
     print(f"issue (worker)    : {t_issue:7.2f} s wall  {t_issue / t_base:5.1f}x   python CPU {CPU['issue']:6.2f} s   "

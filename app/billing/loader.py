@@ -27,7 +27,7 @@ from app.policy.models import PolicyVersion
 CHUNK = timedelta(days=1)
 
 
-def _epoch(session: Session, column):
+def epoch_column(session: Session, column):
     """The column as epoch seconds computed by the database: converting a datetime per row in Python
     costs more than the rest of loading."""
     if session.get_bind().dialect.name == "postgresql":
@@ -55,24 +55,27 @@ class DocumentCache:
 
 
 def load_hours(
-    *, session: Session, start: datetime, end: datetime, docs: DocumentCache | None = None
+    *, session: Session, start: datetime, end: datetime, docs: DocumentCache | None = None, usage: bool = True
 ) -> Iterator[RatingHour]:
-    """Yield one RatingHour per stored (hour, pool) with start <= hour < end, in (hour, pool) order."""
+    """Yield one RatingHour per stored (hour, pool) with start <= hour < end, in (hour, pool) order.
+
+    `usage=False`: without their usage rows (for `rating_sql`, which sums them in the database).
+    """
     docs = docs or DocumentCache(session)
     chunk_start = aware(start)
     end = aware(end)
     while chunk_start < end:
         chunk_end = min(chunk_start + CHUNK, end)
-        yield from _load_chunk(session, chunk_start, chunk_end, docs)
+        yield from _load_chunk(session, chunk_start, chunk_end, docs, usage)
         chunk_start = chunk_end
 
 
-def _load_chunk(session: Session, start: datetime, end: datetime, docs: DocumentCache) -> Iterator[RatingHour]:
+def _load_chunk(session: Session, start: datetime, end: datetime, docs: DocumentCache, with_usage: bool) -> Iterator[RatingHour]:
     conn = session.connection()  # Core rows: ORM result processing would double the cost per row
     models: dict[tuple[int, str], list[ModelEnergy]] = defaultdict(list)
     rows = conn.execute(
         select(
-            _epoch(session, PoolHourModel.hour), PoolHourModel.pool, PoolHourModel.model, PoolHourModel.gpus,
+            epoch_column(session, PoolHourModel.hour), PoolHourModel.pool, PoolHourModel.model, PoolHourModel.gpus,
             PoolHourModel.measured_gpus, PoolHourModel.measured_kwh,
         ).where(PoolHourModel.hour >= start, PoolHourModel.hour < end)
     ).all()
@@ -82,13 +85,13 @@ def _load_chunk(session: Session, start: datetime, end: datetime, docs: Document
         if len({m.model for m in energy}) < len(energy):  # one model in several clusters' rows of the pool-hour
             models[key] = _summed(energy)
 
-    usage = _usage(session, start, end)
+    usage = _usage(session, start, end) if with_usage else {}
 
     breaches = _breaches(session, start, end)
 
     pool_hours = conn.execute(
         select(
-            _epoch(session, PoolHourRollup.hour), PoolHourRollup.pool, PoolHourRollup.gpus,
+            epoch_column(session, PoolHourRollup.hour), PoolHourRollup.pool, PoolHourRollup.gpus,
             PoolHourRollup.capacity_gpu_seconds, PoolHourRollup.policy_version_id, PoolHourRollup.cluster,
         )
         .where(PoolHourRollup.hour >= start, PoolHourRollup.hour < end)
@@ -157,7 +160,7 @@ def _usage(session: Session, start: datetime, end: datetime) -> dict[tuple[int, 
             (hour, pool, tenant, klass, dark, int(gs.scaleb(6)), round(activity_sum * 1e9) if samples else 0, samples)
             for hour, pool, tenant, klass, dark, gs, activity_sum, samples in conn.execute(
                 select(
-                    _epoch(session, UsageRollup.hour), UsageRollup.pool, UsageRollup.tenant, UsageRollup.klass,
+                    epoch_column(session, UsageRollup.hour), UsageRollup.pool, UsageRollup.tenant, UsageRollup.klass,
                     UsageRollup.dark, UsageRollup.gpu_seconds, UsageRollup.activity_sum, UsageRollup.activity_samples,
                 ).where(UsageRollup.hour >= start, UsageRollup.hour < end)
             )
@@ -171,8 +174,8 @@ def _usage(session: Session, start: datetime, end: datetime) -> dict[tuple[int, 
 def _breaches(session: Session, start: datetime, end: datetime) -> dict[tuple[int, str], list[BreachMinute]]:
     rows = session.connection().execute(
         select(
-            BreachMinuteRollup.id, _epoch(session, BreachMinuteRollup.hour), BreachMinuteRollup.service,
-            BreachMinuteRollup.service_tenant, BreachMinuteRollup.pool, _epoch(session, BreachMinuteRollup.minute_end),
+            BreachMinuteRollup.id, epoch_column(session, BreachMinuteRollup.hour), BreachMinuteRollup.service,
+            BreachMinuteRollup.service_tenant, BreachMinuteRollup.pool, epoch_column(session, BreachMinuteRollup.minute_end),
             BreachMinuteRollup.p99_ms, BreachShare.tenant, BreachShare.gpu_seconds,
         )
         .outerjoin(BreachShare, BreachShare.breach_id == BreachMinuteRollup.id)

@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Session
 
 from app.billing import issued
-from app.billing.loader import DocumentCache, load_hours
+from app.billing.loader import DocumentCache
 from app.billing.models import (
     BillingPeriod,
     ChargeLineRecord,
@@ -29,7 +29,7 @@ from app.billing.models import (
     UnpooledUsageRecord,
 )
 from app.billing.period import Period, get_period, month_name, next_month, parse_period, require_started
-from app.billing.rating import rate_period
+from app.billing.rating_sql import rate_stored
 from app.billing.types import PLATFORM, ChargeLine, RatingResult
 from app.core.audit import record
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
@@ -249,11 +249,9 @@ def _unpooled_message(p: Period, unpooled: UnpooledStatus) -> str:
 
 
 def _rating_result(session: Session, p: Period, docs: DocumentCache) -> RatingResult:
-    """Rate the stored hours; a GPU model without a price raises MissingPrice (422, model and hours named)."""
-    return rate_period(
-        load_hours(session=session, start=p.start, end=p.end, docs=docs),
-        period_start=int(p.start.timestamp()), period_end=int(p.end.timestamp()),
-    )
+    """Rate the stored hours (usage summed in the database, equal to `rate_period`); a GPU model without a
+    price raises MissingPrice (422, model and hours named)."""
+    return rate_stored(session=session, start=p.start, end=p.end, docs=docs)
 
 
 @dataclass(frozen=True)

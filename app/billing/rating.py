@@ -5,22 +5,25 @@ folded into lines keyed by (account, pool, kind, class, service, policy version)
 once, half-even to the currency's cents, after the whole period is summed.
 
 Why fixed-point quanta: adding numbers of ~50 significant digits is not associative, so a period
-total could depend on the order hours arrive in. So every per-hour amount is made exact at a fixed
-scale: the rate is quantized to 1e-36 per GPU-second, making each usage row's `GPU-seconds x rate`
-(GPU-seconds carry 6 decimals) an exact product, and the few per-hour amounts that need a division
-(fees, covers, penalty shares) are quantized to 1e-20. Every later sum is then exact, so the result
-is the same for any order, and a line total is within 1e-24 of the exact SPEC value; quantizing it
-to 1e-20 before rounding to cents keeps half-even ties exact. The conservation identity holds to
+total could depend on the order hours arrive in. So every amount is exact: the rate is quantized to
+1e-36 per GPU-second, and each usage row's `GPU-seconds x rate` (GPU-seconds carry 6 decimals), each
+hour's idle, dark-discount, overage and unused-reserve `GPU-seconds x rate` (GPU-seconds above or
+below a cover, which is quantized to 1e-20) are exact integer products, summed as Python integers
+and rounded once per line (half-even to 1e-20, then to cents) in `finish`. Line 1 is f x C x share
+with C summed exactly over the segment's hours (each C quantized to 1e-20), and SLA penalty shares
+are quantized to 1e-20 per breach minute. Every sum is then exact, so the result is the same for any
+order, and a line total is within 1e-20 of the exact SPEC value. The conservation identity holds to
 ~1e-18 before rounding, and the ROUNDING line absorbs the rest to the cent.
 
-The per-row products are summed as Python integers (micro-GPU-seconds x the rate in 1e-36, i.e.
-amounts in 1e-42): the same exact values as Decimal products, several times cheaper, converted to
-Decimal once per line in `finish`.
+Because every per-row and per-hour amount is an exact sum of products, the same sums can be taken
+by a database: `rating_sql` does so for stored periods, sharing `Rater.price`, `hour_lines` and
+`finish` with this reference path, and is tested equal to it (tests/billing/test_rating_sql.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Context, Decimal, Inexact, InvalidOperation, localcontext
 
@@ -53,6 +56,10 @@ ZERO = Decimal(0)
 ONE = Decimal(1)
 
 RATE_DIGITS = 36  # RATE = 1e-RATE_DIGITS
+EXACT_DIGITS = 20  # EXACT = 1e-EXACT_DIGITS
+ROW_DIGITS = 6 + RATE_DIGITS  # micro-GPU-seconds x a rate in 1e-36
+COVER_DIGITS = EXACT_DIGITS + RATE_DIGITS  # GPU-seconds in 1e-20 (above or below a cover) x a rate
+TO_COVER = 10 ** (EXACT_DIGITS - 6)  # micro-GPU-seconds -> 1e-20
 # line totals are converted from integers exactly, or not at all
 _EXACT = Context(prec=PRECISION, rounding=ROUND_HALF_EVEN, traps=[Inexact, InvalidOperation])
 
@@ -62,9 +69,9 @@ def _seconds(micro: int) -> Decimal:
     return Decimal(micro).scaleb(-6, _EXACT)
 
 
-def _amount(scaled: int) -> Decimal:
-    """A sum of micro-GPU-seconds x integer rates (1e-42) as an exact Decimal amount."""
-    return Decimal(scaled).scaleb(-6 - RATE_DIGITS, _EXACT)
+def _cover_seconds(scaled: int) -> Decimal:
+    """GPU-seconds in 1e-20 (use above or below a cover) as an exact Decimal."""
+    return Decimal(scaled).scaleb(-EXACT_DIGITS, _EXACT)
 
 
 INFERENCE, TRAINING, PREPROCESSING = "inference", "training", "preprocessing"
@@ -94,13 +101,15 @@ class _Version:
     dark_discount: Decimal  # 1 - dark_multiplier
     reserved_fraction: dict[str, Decimal]  # pool -> fraction
     shares: dict[str, tuple[tuple[str, Decimal], ...]]  # pool -> normalised reservation weights
+    weights: dict[str, tuple[tuple[str, Decimal], ...]]  # pool -> positive reservation weights
+    discount: tuple[int, int]  # dark_discount as (integer, digits): integer x 10^-digits
     penalty: dict[str, Decimal]  # service -> penalty per breach minute
     klass: dict[str, str]  # tenant -> class
 
     @classmethod
     def of(cls, number: int, policy: PolicyDocument) -> _Version:
         pricing: Pricing = policy.pricing
-        shares = {}
+        shares, weights = {}, {}
         for pool in policy.pools:
             for tenant, weight in pool.reservations.items():
                 if weight < 0:
@@ -108,6 +117,7 @@ class _Version:
             positive = sorted((t, w) for t, w in pool.reservations.items() if w > 0)
             total = sum((w for _, w in positive), ZERO)
             shares[pool.name] = tuple((t, w / total) for t, w in positive)
+            weights[pool.name] = tuple(positive)
         return cls(
             number=number,
             policy=policy,
@@ -117,9 +127,26 @@ class _Version:
             dark_discount=ONE - pricing.dark_time_multiplier,
             reserved_fraction={p.name: p.reserved_fraction for p in policy.pools},
             shares=shares,
+            weights=weights,
+            discount=_scaled(ONE - pricing.dark_time_multiplier),
             penalty={s.service: s.penalty_per_breach_minute for s in policy.sla},
             klass={t.name: t.klass for t in policy.tenants},
         )
+
+
+def _scaled(d: Decimal) -> tuple[int, int]:
+    """A finite Decimal as (integer, digits), d = integer x 10^-digits, exactly."""
+    digits = max(0, -d.as_tuple().exponent)
+    return int(d.scaleb(digits, _EXACT)), digits
+
+
+def _quantum(scaled: int, digits: int) -> Decimal:
+    """An exact amount integer x 10^-digits, rounded half-even to 1e-20 (EXACT) as a Decimal."""
+    q, r = divmod(scaled, 10 ** (digits - EXACT_DIGITS))
+    twice = 2 * r - 10 ** (digits - EXACT_DIGITS)
+    if twice > 0 or (twice == 0 and q % 2):
+        q += 1
+    return Decimal(q).scaleb(-EXACT_DIGITS, _EXACT)
 
 
 def _hour_cost(sheet: PriceSheet, models: Iterable[ModelEnergy]) -> Decimal:
@@ -132,14 +159,19 @@ def _hour_cost(sheet: PriceSheet, models: Iterable[ModelEnergy]) -> Decimal:
 
 def pool_costs(pool_hours: Iterable[tuple[str, PriceSheet, Iterable[ModelEnergy]]], *, currency: str) -> dict[str, Decimal]:
     """C per pool over (pool, price sheet, models) hours, priced and rounded as `rate_period`'s cost_by_pool."""
-    with localcontext() as ctx:
-        ctx.prec = PRECISION
-        ctx.rounding = ROUND_HALF_EVEN
+    with rating_context():
         sums: dict[str, Decimal] = {}
         for pool, sheet, models in pool_hours:
             sums[pool] = sums.get(pool, ZERO) + _hour_cost(sheet, models)
         cent = cents(currency)
         return {pool: cost.quantize(cent) for pool, cost in sorted(sums.items())}
+
+
+@contextmanager
+def rating_context() -> Iterator[None]:
+    """The Decimal context every rating step runs in: 60 digits, half-even."""
+    with localcontext(prec=PRECISION, rounding=ROUND_HALF_EVEN):
+        yield
 
 
 def rate_period(hours: Iterable[RatingHour], *, period_start: int, period_end: int, exact: bool = False) -> RatingResult:
@@ -148,10 +180,8 @@ def rate_period(hours: Iterable[RatingHour], *, period_start: int, period_end: i
     `exact`: leave line amounts unrounded (at 1e-20), for the per-day drill-down of an invoice line,
     whose days are rounded together so that they add up to the line (`app.billing.line_days`).
     """
-    with localcontext() as ctx:
-        ctx.prec = PRECISION
-        ctx.rounding = ROUND_HALF_EVEN
-        rater = _Rater(period_start, period_end)
+    with rating_context():
+        rater = Rater(period_start, period_end)
         for hour in hours:
             rater.add(hour)
         return rater.finish(exact=exact)
@@ -160,11 +190,15 @@ def rate_period(hours: Iterable[RatingHour], *, period_start: int, period_end: i
 class _Segment:
     """One pool under one policy version: the unit lines are keyed and split by."""
 
-    __slots__ = ("rows", "lines")
+    __slots__ = ("rows", "lines", "cost", "first", "last", "capacities")
 
     def __init__(self) -> None:
         self.rows: dict[tuple[str, str, bool], UsageSums] = {}  # (tenant, klass, dark)
         self.lines: dict[tuple[str, str, str, str], LineSums] = {}  # (account, kind, klass, service)
+        # its priced hours: C summed (line 1 is f x C x share), span, and how many hours had each capacity S
+        self.cost = ZERO
+        self.first = self.last = -1
+        self.capacities: dict[Decimal, int] = {}
 
     def add(self, key: tuple[str, str, str, str], quantity: Decimal, amount: Decimal, first: int, last: int | None = None) -> None:
         """Fold an amount covering hours first..last (default: the one hour) into a line."""
@@ -177,11 +211,39 @@ class _Segment:
         a.amount += amount
         a.cover(first, last)
 
+    def add_exact(self, key: tuple[str, str, str, str], quantity: Decimal, exact: int, digits: int, first: int, last: int | None = None) -> None:
+        """Fold an exact amount (exact x 10^-digits, the same digits for every amount of the line) into a line."""
+        last = first if last is None else last
+        a = self.lines.get(key)
+        if a is None:
+            self.lines[key] = LineSums(first, last, quantity, ZERO, exact, digits)
+            return
+        a.quantity += quantity
+        a.exact += exact
+        a.cover(first, last)
+
 
 _CLASSES = frozenset({INFERENCE, TRAINING, PREPROCESSING, UNALLOCATED})
+CLASSES = _CLASSES  # the workload classes a usage row may carry
+
+UNPOOLED_HOUR = object()  # `Rater.price`: GPUs on nodes no pool names, counted and not priced
 
 
-class _Rater:
+@dataclass(frozen=True, slots=True)
+class Priced:
+    """One pool-hour as priced: its version and segment, C, and the rates per GPU-second (the last two
+    as integers in 1e-36: what each usage row's micro-GPU-seconds are multiplied by)."""
+
+    hour: RatingHour
+    version: _Version
+    seg: _Segment
+    cost: Decimal
+    capacity_micro: int  # S in micro-GPU-seconds
+    rate_int: int
+    dark_int: int
+
+
+class Rater:
     """Streams pool-hours into per-segment accumulators; memory is O(lines), time O(rows)."""
 
     def __init__(self, period_start: int, period_end: int):
@@ -193,7 +255,7 @@ class _Rater:
         self.cost: dict[str, PoolCost] = {}  # pool -> C
         self.credits: dict[tuple[str, str, int], Credit] = {}  # (pool, service, version)
         self.unattributed: list[UnattributedBreach] = []
-        self.covers: dict[tuple[int, str, Decimal], dict[str, Decimal]] = {}  # (version, pool, S) -> tenant -> cover
+        self.covers_of: dict[tuple[int, str, Decimal], dict[str, int]] = {}  # (version, pool, S) -> tenant -> cover (1e-20)
         self.missing: dict[str, list[int]] = {}
         self.missing_versions: dict[str, set[int]] = {}
         # nodes no pool names: capacity, and (tenant, klass) -> micro-GPU-s
@@ -219,6 +281,26 @@ class _Rater:
 
     def add(self, h: RatingHour) -> None:
         """Price one pool-hour and fold its amounts into the period's lines."""
+        where = f"hours[{h.hour}:{h.pool}]"
+        priced = self.price(h)
+        if priced is None:
+            return
+        if priced is UNPOOLED_HOUR:
+            self._unpooled_rows(h, where)
+            return
+        used, dark_used, inference = self._rows(h, priced.seg.rows, priced.rate_int, priced.dark_int, where)
+        covers = self.covers(priced)
+        covered = 0
+        for tenant, gs in inference.items():
+            covered += self.overage(priced, covers, tenant, gs)
+        self.hour_lines(priced, used, dark_used, covered)
+
+    def price(self, h: RatingHour) -> Priced | object | None:
+        """Check one pool-hour and price it: C, the rates, its segment. Its usage is folded by the caller.
+
+        Returns None for an hour that is not rated (no GPUs, or a model without a price: recorded for
+        `finish`), UNPOOLED_HOUR for GPUs on nodes no pool names (capacity counted, nothing priced).
+        """
         hour, pool = h.hour, h.pool
         where = f"hours[{hour}:{pool}]"
         if not self.period_start <= hour < self.period_end:
@@ -227,11 +309,11 @@ class _Rater:
             raise RatingInputError(where, f"pool {pool!r} hour {hour} given twice")
         self.seen.add((hour, pool))
         if h.gpus == 0:
-            return
+            return None
         v = self._version(h)
         if pool == UNPOOLED and pool not in v.reserved_fraction:
-            self._unpooled(h, where)
-            return
+            self._unpooled_hour(h)
+            return UNPOOLED_HOUR
         if pool not in v.reserved_fraction:
             raise RatingInputError(f"{where}.pool", f"pool {pool!r} is not in policy version {v.number}")
         capacity = h.capacity_gpu_seconds
@@ -244,7 +326,7 @@ class _Rater:
             for model in unpriced:
                 self.missing.setdefault(model, []).append(hour)
                 self.missing_versions.setdefault(model, set()).add(v.number)
-            return
+            return None
         cost = _hour_cost(v.sheet, h.models)
         c = self.cost.get(pool)
         if c is None:
@@ -258,47 +340,66 @@ class _Rater:
         seg = self.segments.get((pool, v.number))
         if seg is None:
             seg = self.segments[(pool, v.number)] = _Segment()
-
-        # lines 3 and 6 straight into per-row accumulators: the hot loop, one dict lookup per row
+        micro = capacity.scaleb(6)
+        if micro != micro.to_integral_value():
+            raise RatingInputError(f"{where}.capacity_gpu_seconds", "capacity cannot be rated exactly: it carries more than 6 decimals")
         rate = (cost / capacity).quantize(RATE)
         dark_rate = (rate * v.dark_multiplier).quantize(RATE)
-        used, dark_used, inference = self._rows(h, seg.rows, int(rate.scaleb(RATE_DIGITS)), int(dark_rate.scaleb(RATE_DIGITS)), where)
+        return Priced(h, v, seg, cost, int(micro), int(rate.scaleb(RATE_DIGITS)), int(dark_rate.scaleb(RATE_DIGITS)))
 
-        # lines 1 and 2: the reserved fee is owed whether used or not; only use above the cover is overage
-        fraction = v.reserved_fraction[pool]
-        covered = self.covers.get((v.number, pool, capacity))  # the same every hour of a stable pool
+    def covers(self, p: Priced) -> dict[str, int]:
+        """Reserved GPU-seconds f x S x share per tenant of a priced pool-hour, in 1e-20 (cached: the same
+        every hour of a stable pool)."""
+        v, pool, capacity = p.version, p.hour.pool, p.hour.capacity_gpu_seconds
+        covered = self.covers_of.get((v.number, pool, capacity))
         if covered is None:
-            covered = self.covers[v.number, pool, capacity] = {
-                tenant: (fraction * capacity * share).quantize(EXACT) for tenant, share in v.shares[pool]
+            fraction = v.reserved_fraction[pool]
+            covered = self.covers_of[v.number, pool, capacity] = {
+                tenant: int((fraction * capacity * share).quantize(EXACT).scaleb(EXACT_DIGITS)) for tenant, share in v.shares[pool]
             } if fraction else {}
-        for tenant, share in v.shares[pool] if fraction else ():
-            seg.add((tenant, LineKind.RESERVED_FEE, INFERENCE, ""), covered[tenant], (fraction * cost * share).quantize(EXACT), hour)
-        unused = ZERO
-        for tenant, gs in inference.items():
-            over = gs - covered.get(tenant, ZERO)
-            if over < 0:
-                unused -= over
-                over = ZERO
-            seg.add((tenant, LineKind.INFERENCE_OVERAGE, INFERENCE, ""), over, (over * rate).quantize(EXACT), hour)
-        for tenant, cover in covered.items():
-            if tenant not in inference:
-                unused += cover
+        return covered
+
+    def overage(self, p: Priced, covers: dict[str, int], tenant: str, micro: int) -> int:
+        """Line 2 of one inference tenant in one pool-hour: its use above its cover; returns the covered part (1e-20)."""
+        gs = micro * TO_COVER
+        covered = min(covers.get(tenant, 0), gs)
+        over = gs - covered
+        p.seg.add_exact((tenant, LineKind.INFERENCE_OVERAGE, INFERENCE, ""), _cover_seconds(over), over * p.rate_int, COVER_DIGITS, p.hour.hour)
+        return covered
+
+    def hour_lines(self, p: Priced, used_micro: int, dark_micro: int, covered: int) -> None:
+        """Lines 1, 4 and 5 of one priced pool-hour, from its GPU-seconds used (micro-GPU-seconds) in all
+        and in dark time by other classes than inference, and `covered`: the inference use within the
+        covers, summed over its tenants (1e-20; what `overage` returns). Lines 2, 3 and 6 are folded
+        per tenant by the caller. Every amount is an exact product, rounded once per line in `finish`.
+        """
+        h, v, seg, rate = p.hour, p.version, p.seg, p.rate_int
+        hour, pool = h.hour, h.pool
+        # line 1 is f x C x share over the segment: its C and hours here, the fees in `finish`
+        seg.cost += p.cost
+        seg.capacities[h.capacity_gpu_seconds] = seg.capacities.get(h.capacity_gpu_seconds, 0) + 1
+        if seg.first < 0 or hour < seg.first:
+            seg.first = hour
+        if hour > seg.last:
+            seg.last = hour
 
         # line 5: what C pays for beyond lines 1-3, so that charges + balance = C every hour
-        idle = capacity - used
+        idle = p.capacity_micro - used_micro
         if idle:
-            seg.add((PLATFORM, LineKind.IDLE, "", ""), idle, (idle * rate).quantize(EXACT), hour)
-        if dark_used:
-            discount = (dark_used * rate * v.dark_discount).quantize(EXACT)
-            seg.add((PLATFORM, LineKind.DARK_DISCOUNT, "", ""), dark_used, discount, hour)
+            seg.add_exact((PLATFORM, LineKind.IDLE, "", ""), _seconds(idle), idle * rate, ROW_DIGITS, hour)
+        if dark_micro:
+            discount, digits = v.discount
+            seg.add_exact((PLATFORM, LineKind.DARK_DISCOUNT, "", ""), _seconds(dark_micro), dark_micro * rate * discount, ROW_DIGITS + digits, hour)
+        unused = sum(self.covers(p).values()) - covered  # reserved fees above their use
         if unused:
-            seg.add((PLATFORM, LineKind.RESERVED_UNUSED, "", ""), unused, -(unused * rate).quantize(EXACT), hour)
+            seg.add_exact((PLATFORM, LineKind.RESERVED_UNUSED, "", ""), _cover_seconds(unused), -unused * rate, COVER_DIGITS, hour)
 
+        where = f"hours[{hour}:{pool}]"
         for i, b in enumerate(h.breaches):
             self._breach(v, seg, h, b, f"{where}.breaches[{i}]")
 
-    def _rows(self, h: RatingHour, rows: dict, rate: int, dark_rate: int, where: str) -> tuple[Decimal, Decimal, dict[str, Decimal]]:
-        """Fold one pool-hour's usage rows; returns GPU-seconds used, used in dark time, and per inference tenant.
+    def _rows(self, h: RatingHour, rows: dict, rate: int, dark_rate: int, where: str) -> tuple[int, int, dict[str, int]]:
+        """Fold one pool-hour's usage rows; returns micro-GPU-seconds used, used in dark time, and per inference tenant.
 
         The hot loop, in exact integers: micro-GPU-seconds (1e-6) x the rate in 1e-36 per GPU-second
         is the amount in 1e-42, the same exact product the Decimal form would give, at a fraction
@@ -331,14 +432,43 @@ class _Rater:
                     a.amount += gs * dark_rate
                 else:
                     a.amount += gs * rate
-        return _seconds(used), _seconds(dark_used), {t: _seconds(gs) for t, gs in inference.items()}
+        return used, dark_used, inference
 
-    def _unpooled(self, h: RatingHour, where: str) -> None:
-        """GPUs on nodes the policy does not know: count capacity and use, price nothing, never refuse."""
+    def fold_usage(self, pool: str, version: int, tenant: str, klass: str, dark: bool, sums: UsageSums) -> None:
+        """Usage rows summed elsewhere (the database) over the priced hours of one segment, or over the
+        unpooled hours of a version: what `_rows` and `_unpooled_rows` fold row by row. `sums.amount` is
+        micro-GPU-seconds x the rates `price` gave those hours; the rows were checked by the caller."""
+        seg = self.segments.get((pool, version))
+        if seg is None:  # no priced hour of this pool and version: its hours were unpooled
+            key = (tenant, klass)
+            self.unpooled_use[key] = self.unpooled_use.get(key, 0) + sums.gpu_seconds
+            return
+        if klass == INFERENCE:
+            sums.amount = 0  # billed per hour by `hour_lines`, as `_rows` does
+        a = seg.rows.get((tenant, klass, dark))
+        if a is None:
+            seg.rows[(tenant, klass, dark)] = sums
+            return
+        a.cover(sums.first, sums.last)
+        a.gpu_seconds += sums.gpu_seconds
+        a.amount += sums.amount
+        a.activity += sums.activity
+        a.samples += sums.samples
+
+    def fold_overage(self, pool: str, version: int, tenant: str, first: int, last: int, over: int, amount: int) -> None:
+        """Line 2 summed elsewhere over a segment's hours: what `overage` folds hour by hour (use above the
+        cover in 1e-20, and its amount: that x the hours' integer rates)."""
+        self.segments[(pool, version)].add_exact(
+            (tenant, LineKind.INFERENCE_OVERAGE, INFERENCE, ""), _cover_seconds(over), amount, COVER_DIGITS, first, last)
+
+    def _unpooled_hour(self, h: RatingHour) -> None:
+        """GPUs on nodes the policy does not know: count capacity (and use, by the caller), price nothing, never refuse."""
         acc = self.unpooled
         acc.hours += 1
         acc.max_gpus = max(acc.max_gpus, h.gpus)
         acc.capacity += h.capacity_gpu_seconds
+
+    def _unpooled_rows(self, h: RatingHour, where: str) -> None:
         for usage in (self._micro(h, where), h.micro_usage) if h.usage else (h.micro_usage,):
             for row in usage:
                 r_hour, r_pool, tenant, klass, _dark, gs = row[:6]
@@ -402,6 +532,19 @@ class _Rater:
         c.minutes += 1
         c.cover(h.hour, h.hour)
 
+    def _fees(self, pool: str, version: int, seg: _Segment) -> None:
+        """Line 1 of a segment: f x C x share over its hours (C summed exactly), for the covers f x S x share."""
+        v = self.versions[version]
+        fraction = v.reserved_fraction[pool]
+        if not fraction or not seg.capacities:
+            return
+        total = sum((w for _, w in v.weights[pool]), ZERO)
+        owed = fraction * seg.cost
+        for tenant, weight in v.weights[pool]:
+            covered = sum(n * self.covers_of[(version, pool, capacity)][tenant] for capacity, n in seg.capacities.items())
+            seg.lines[(tenant, LineKind.RESERVED_FEE, INFERENCE, "")] = LineSums(
+                seg.first, seg.last, _cover_seconds(covered), (owed * weight / total).quantize(EXACT))
+
     def finish(self, *, exact: bool = False) -> RatingResult:
         """Round each line once, add the credits and rounding lines, and sort deterministically."""
         if self.missing:
@@ -414,8 +557,9 @@ class _Rater:
         penalties: dict[tuple[str, str, int], Decimal] = {}  # (pool, service, version) -> sum of rounded penalties
         usage: dict[tuple[str, str, str], TenantUse] = {}  # (tenant, pool, klass)
         for (pool, version), seg in self.segments.items():
+            self._fees(pool, version, seg)
             for (tenant, klass, dark), row in seg.rows.items():
-                gs, amount, first, last = _seconds(row.gpu_seconds), _amount(row.amount), row.first, row.last
+                gs, first, last = _seconds(row.gpu_seconds), row.first, row.last
                 u = usage.get((tenant, pool, klass))
                 if u is None:
                     u = usage[(tenant, pool, klass)] = TenantUse()
@@ -428,11 +572,14 @@ class _Rater:
                 if klass == INFERENCE:
                     continue  # billed through lines 1 and 2, per hour
                 if klass == UNALLOCATED:  # one platform line, whatever namespaces and busy/dark it came from
-                    seg.add((PLATFORM, LineKind.UNALLOCATED, UNALLOCATED, ""), gs, amount, first, last)
+                    seg.add_exact((PLATFORM, LineKind.UNALLOCATED, UNALLOCATED, ""), gs, row.amount, ROW_DIGITS, first, last)
                 else:
-                    seg.lines[(tenant, LineKind.USAGE_DARK if dark else LineKind.USAGE_BUSY, klass, "")] = LineSums(first, last, gs, amount)
+                    key = (tenant, LineKind.USAGE_DARK if dark else LineKind.USAGE_BUSY, klass, "")
+                    seg.lines[key] = LineSums(first, last, gs, ZERO, row.amount, ROW_DIGITS)
             for (account, kind, klass, service), line in seg.lines.items():
                 qty, amount, first, last = line.quantity, line.amount, line.first, line.last
+                if line.digits:
+                    amount += _quantum(line.exact, line.digits)
                 rounded = amount.quantize(EXACT).quantize(cent)
                 if kind == LineKind.SLA_PENALTY:
                     quantity, unit = qty.quantize(qunit), BREACH_MINUTE

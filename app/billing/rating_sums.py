@@ -37,7 +37,9 @@ class LineSums(Span):
     """One line of a segment before rounding."""
 
     quantity: Decimal = ZERO  # GPU-seconds, or breach minutes for SLA lines
-    amount: Decimal = ZERO
+    amount: Decimal = ZERO  # amounts quantized to 1e-20
+    exact: int = 0  # plus exact amounts: exact x 10^-digits, rounded once when the line is
+    digits: int = 0
 
 
 @dataclass(slots=True)
