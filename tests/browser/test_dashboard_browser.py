@@ -11,6 +11,8 @@ from datetime import timedelta
 import pytest
 from playwright.sync_api import expect
 
+from app.billing import issuing
+from app.core.db import make_engine
 from app.core.timeutil import floor_hour, utcnow
 from tests.support.browser import SHOTS, ask, submit
 
@@ -207,6 +209,17 @@ def test_finance_closes_a_period(portal, sessions, console):
     expect(fin.locator("#close-confirm")).to_contain_text("This cannot be undone")
     submit(fin, "#confirm-finalize", shows=f"{month} is finalized.")
     assert fin.locator("main button:has-text('inalize')").count() == 0
+    # The documents follow from the worker's issuing step (run here, as the worker would); the later tests
+    # of this module download them.
+    expect(fin.locator("#documents-pending")).to_contain_text("Documents being issued")
+    engine = make_engine(portal["url"])
+    try:
+        assert issuing.issue_task(engine, utcnow())
+    finally:
+        engine.dispose()
+    fin.reload()
+    expect(fin.locator("main")).to_contain_text("finalized")
+    assert fin.locator("#documents-pending").count() == 0
     assert not console.problems, console.problems
 
 
