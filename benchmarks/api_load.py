@@ -147,13 +147,9 @@ def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
     return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
 
 
-def client_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def children_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+def cpu_seconds(who: int = resource.RUSAGE_SELF) -> float:
+    """User + system CPU seconds of this process (RUSAGE_SELF) or of its waited-for children (wrk)."""
+    usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
 
 
@@ -194,15 +190,15 @@ async def measured(base: str, pid: int, url: str, token: str, args) -> dict:
         await load(client, path, auth, requests=args.concurrency * 2, concurrency=args.concurrency, time_cap=args.time_cap)
     before = cpu_snapshot(pid, url)
     if args.load_generator == "wrk":
-        client0 = children_cpu_seconds()
+        client0 = cpu_seconds(resource.RUSAGE_CHILDREN)
         r = wrk_phase(base, path, token, args)
-        client_s = children_cpu_seconds() - client0
+        client_s = cpu_seconds(resource.RUSAGE_CHILDREN) - client0
     else:
         async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
-            client0 = client_cpu_seconds()
+            client0 = cpu_seconds()
             r = await load(client, path, auth, requests=args.requests, concurrency=args.concurrency,
                            time_cap=args.time_cap)
-            client_s = client_cpu_seconds() - client0
+            client_s = cpu_seconds() - client0
     after = cpu_snapshot(pid, url)
     for part in ("server", "database"):
         r[f"{part}_cpu_ms"] = cpu_spent(before[part], after[part]) * 1000 / r["n"]

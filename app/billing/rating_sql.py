@@ -54,6 +54,7 @@ from app.billing.loader import DocumentCache, load_hours
 from app.billing.rating import CLASSES, INFERENCE, TO_COVER, UNPOOLED_HOUR, Priced, Rater, rate_period, rating_context
 from app.billing.rating_sums import UsageSums
 from app.billing.types import RatingResult
+from app.core.db import is_postgres
 from app.core.errors import Invalid
 from app.core.timeutil import from_epoch
 from app.metrics.models import UsageRollup
@@ -95,7 +96,7 @@ def _rate(session: Session, start: datetime, end: datetime, docs: DocumentCache,
         rates.append((h.hour, h.pool, h.policy_version, p.rate_int, p.dark_int, key))
     if rater.missing:
         raise _Refused  # a model without a price: the reference names every one, after checking every row
-    sums = _Sums()
+    sums = _Sums(_Exact(is_postgres(session)))
     if rates:
         _sum_usage(session.connection(), start, end, rates, covers, sums)
     for pool, version, tenant, klass, dark, row, least in sums.segments:
@@ -113,12 +114,12 @@ def _rate(session: Session, start: datetime, end: datetime, docs: DocumentCache,
 class _Sums:
     """What the database summed: per segment row, per (segment, inference tenant), per pool-hour."""
 
-    def __init__(self) -> None:
+    def __init__(self, exact: _Exact) -> None:
+        self.exact = exact
         self.segments: list[tuple] = []  # (pool, version, tenant, klass, dark, UsageSums, least GPU-seconds of a row)
         self.overage: list[tuple] = []  # (pool, version, tenant, first, last, over in 1e-20, over x rate)
         # micro-GPU-seconds used, in dark time by other classes than inference, and inference use within the covers (1e-20)
         self.used: dict[tuple[int, str], tuple[int, int, int]] = {}
-        self.exact: _Exact | None = None
 
     def segment(self, key, sums) -> None:
         pool, version, tenant, klass, dark = key
@@ -181,6 +182,8 @@ def _sum_usage(conn: Connection, start: datetime, end: datetime, rates: list[tup
             _copy(conn, f"{cover.name} (covers, tenant, cover)", covers)
             conn.exec_driver_sql(f"ANALYZE {rate.name}")
             conn.exec_driver_sql(f"ANALYZE {cover.name}")
+            with _settings(conn, work_mem="256MB", enable_nestloop="off"):
+                _query(conn, *tables, start, end, out)
         else:
             _register_functions(conn)
             text_int = lambda n: None if n is None else str(n)  # noqa: E731
@@ -190,10 +193,6 @@ def _sum_usage(conn: Connection, start: datetime, end: datetime, rates: list[tup
             ])
             if covers:
                 conn.execute(tables[1].insert(), [{"covers": k, "tenant": t, "cover": str(c)} for k, t, c in covers])
-        if dialect == "postgresql":
-            with _settings(conn, work_mem="256MB", enable_nestloop="off"):
-                _query(conn, *tables, start, end, out)
-        else:
             _query(conn, *tables, start, end, out)
     finally:
         with suppress(DBAPIError):  # after a failed statement PostgreSQL refuses it; the rollback takes the tables
@@ -268,8 +267,8 @@ class _Exact:
 
 
 def _query(conn: Connection, rate: Table, cover: Table, start: datetime, end: datetime, out: _Sums) -> None:
-    pg = conn.dialect.name == "postgresql"
-    x = out.exact = _Exact(pg)
+    x = out.exact
+    pg = x.pg
     u, r, c = UsageRollup.__table__.c, rate.c, cover.c
     in_period = (u.hour >= start, u.hour < end)
 

@@ -128,7 +128,7 @@ deadline = time.monotonic() + 120
 while not Path(go).exists():  # start together with the other worker
     if time.monotonic() > deadline:
         sys.exit("no start signal")
-    time.sleep(0.005)
+    time.sleep(0.005)  # state-free: polls for the start file
 print(len(budget_task(engine, datetime.fromisoformat(now))))
 """
 
@@ -147,7 +147,7 @@ def test_two_worker_processes_racing_raise_each_event_once(fresh_engine, tmp_pat
     while not all((tmp_path / f"ready{i}").exists() for i in range(2)):
         if any(w.poll() is not None for w in workers) or time.monotonic() > deadline:
             raise AssertionError(f"workers did not start: {[w.communicate(timeout=60) for w in workers]}")
-        time.sleep(0.01)
+        time.sleep(0.01)  # state-free: polls for the workers' ready files
     go.touch()
     outputs = [w.communicate(timeout=300) for w in workers]
     assert [w.returncode for w in workers] == [0, 0], [err for _, err in outputs]
