@@ -7,6 +7,7 @@ import typer
 from app.auth.cli import app as auth_app
 from app.billing.budget_alerts import budget_task
 from app.billing.cli import app as billing_app
+from app.billing.hour_rates import hour_rates_task
 from app.billing.issuing import issue_task
 from app.metrics.cli import app as metrics_app
 from app.metrics.simulator.cli import app as simulator_app
@@ -20,6 +21,7 @@ from app.web.cli import app as web_app
 # Tasks the worker runs after each ingestion round (outbox deliveries): each domain above metrics adds its own.
 # Several workers run them at once: each task claims its rows first (see app.metrics.worker.run_worker).
 WORKER_TASKS: list = []
+WORKER_TASKS.append(hour_rates_task)  # the rates of the pool-hours just ingested, stored once (app/billing/hour_rates.py)
 WORKER_TASKS.append(budget_task)  # budget.threshold events, before mail plans them (app/billing/budget_alerts.py)
 WORKER_TASKS.append(issue_task)  # documents of months just closed, then period.finalized (app/billing/issuing.py)
 WORKER_TASKS.append(mail_task)  # e-mailed statements and budget alerts (app/notify/mail_deliver.py)

@@ -90,6 +90,18 @@ def fresh_db_url(tmp_path, request) -> Iterator[str]:
     yield migrated(new_sqlite_database(tmp_path))
 
 
+@pytest.fixture
+def pg_engine() -> Iterator[Engine]:
+    """A migrated PostgreSQL database of its own per test: for row locks and concurrency SQLite does not have."""
+    url = migrated(new_postgres_database())
+    engine = make_engine(url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+        drop_postgres_database(url)
+
+
 @pytest.fixture(params=BACKENDS)
 def fresh_engine(request, tmp_path) -> Iterator[Engine]:
     """A migrated database of its own per test, both backends: for tests that commit, lock or crash."""

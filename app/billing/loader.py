@@ -55,29 +55,34 @@ class DocumentCache:
 
 
 def load_hours(
-    *, session: Session, start: datetime, end: datetime, docs: DocumentCache | None = None, usage: bool = True
+    *, session: Session, start: datetime, end: datetime, docs: DocumentCache | None = None, cluster: str | None = None,
 ) -> Iterator[RatingHour]:
     """Yield one RatingHour per stored (hour, pool) with start <= hour < end, in (hour, pool) order.
 
-    `usage=False`: without their usage rows (for `rating_sql`, which sums them in the database).
+    `cluster`: that cluster's rows alone (`hour_rates` stores each cluster's pool-hours on their own).
     """
     docs = docs or DocumentCache(session)
     chunk_start = aware(start)
     end = aware(end)
     while chunk_start < end:
         chunk_end = min(chunk_start + CHUNK, end)
-        yield from _load_chunk(session, chunk_start, chunk_end, docs, usage)
+        yield from _load_chunk(session, chunk_start, chunk_end, docs, cluster)
         chunk_start = chunk_end
 
 
-def _load_chunk(session: Session, start: datetime, end: datetime, docs: DocumentCache, with_usage: bool) -> Iterator[RatingHour]:
+def _load_chunk(session: Session, start: datetime, end: datetime, docs: DocumentCache, cluster: str | None) -> Iterator[RatingHour]:
     conn = session.connection()  # Core rows: ORM result processing would double the cost per row
+
+    def rows_of(table):
+        """The chunk's rows of a rollup table (of one cluster, if given)."""
+        return (table.hour >= start, table.hour < end, *((table.cluster == cluster,) if cluster is not None else ()))
+
     models: dict[tuple[int, str], list[ModelEnergy]] = defaultdict(list)
     rows = conn.execute(
         select(
             epoch_column(session, PoolHourModel.hour), PoolHourModel.pool, PoolHourModel.model, PoolHourModel.gpus,
             PoolHourModel.measured_gpus, PoolHourModel.measured_kwh,
-        ).where(PoolHourModel.hour >= start, PoolHourModel.hour < end)
+        ).where(*rows_of(PoolHourModel))
     ).all()
     for hour, pool, model, gpus, measured_gpus, kwh in rows:
         models[(hour, pool)].append(ModelEnergy(model=model, gpus=gpus, measured_gpus=measured_gpus, measured_kwh=kwh))
@@ -85,16 +90,16 @@ def _load_chunk(session: Session, start: datetime, end: datetime, docs: Document
         if len({m.model for m in energy}) < len(energy):  # one model in several clusters' rows of the pool-hour
             models[key] = _summed(energy)
 
-    usage = _usage(session, start, end) if with_usage else {}
+    usage = _usage(session, start, end, cluster)
 
-    breaches = _breaches(session, start, end)
+    breaches = breach_minutes(session, start, end, cluster)
 
     pool_hours = conn.execute(
         select(
             epoch_column(session, PoolHourRollup.hour), PoolHourRollup.pool, PoolHourRollup.gpus,
             PoolHourRollup.capacity_gpu_seconds, PoolHourRollup.policy_version_id, PoolHourRollup.cluster,
         )
-        .where(PoolHourRollup.hour >= start, PoolHourRollup.hour < end)
+        .where(*rows_of(PoolHourRollup))
         .order_by(PoolHourRollup.hour, PoolHourRollup.pool, PoolHourRollup.cluster)
     ).all()
     for key, group in groupby(pool_hours, key=lambda r: (r[0], r[1])):
@@ -139,7 +144,7 @@ _USAGE_SQL = (
 )
 
 
-def _usage(session: Session, start: datetime, end: datetime) -> dict[tuple[int, str], list[tuple]]:
+def _usage(session: Session, start: datetime, end: datetime, cluster: str | None) -> dict[tuple[int, str], list[tuple]]:
     """Usage rows as `RatingHour.micro_usage` tuples, grouped by (hour, pool).
 
     The row tuples the driver returns are the plain data rating takes, so nothing is built per row
@@ -153,7 +158,8 @@ def _usage(session: Session, start: datetime, end: datetime) -> dict[tuple[int, 
     conn = session.connection()
     if conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg":
         with conn.connection.driver_connection.cursor(binary=True) as cur:
-            cur.execute(_USAGE_SQL, {"start": start, "end": end})
+            sql = _USAGE_SQL + (" AND cluster = %(cluster)s" if cluster is not None else "")
+            cur.execute(sql, {"start": start, "end": end, "cluster": cluster})
             rows = cur.fetchall()
     else:
         rows = [
@@ -162,7 +168,8 @@ def _usage(session: Session, start: datetime, end: datetime) -> dict[tuple[int, 
                 select(
                     epoch_column(session, UsageRollup.hour), UsageRollup.pool, UsageRollup.tenant, UsageRollup.klass,
                     UsageRollup.dark, UsageRollup.gpu_seconds, UsageRollup.activity_sum, UsageRollup.activity_samples,
-                ).where(UsageRollup.hour >= start, UsageRollup.hour < end)
+                ).where(UsageRollup.hour >= start, UsageRollup.hour < end,
+                        *((UsageRollup.cluster == cluster,) if cluster is not None else ()))
             )
         ]
     usage: dict[tuple[int, str], list[tuple]] = defaultdict(list)
@@ -171,7 +178,9 @@ def _usage(session: Session, start: datetime, end: datetime) -> dict[tuple[int, 
     return usage
 
 
-def _breaches(session: Session, start: datetime, end: datetime) -> dict[tuple[int, str], list[BreachMinute]]:
+def breach_minutes(session: Session, start: datetime, end: datetime,
+                   cluster: str | None = None) -> dict[tuple[int, str], list[BreachMinute]]:
+    """The breach minutes of the hours [start, end) by (hour, pool), each with its co-located shares, sorted."""
     rows = session.connection().execute(
         select(
             BreachMinuteRollup.id, epoch_column(session, BreachMinuteRollup.hour), BreachMinuteRollup.service,
@@ -179,7 +188,8 @@ def _breaches(session: Session, start: datetime, end: datetime) -> dict[tuple[in
             BreachMinuteRollup.p99_ms, BreachShare.tenant, BreachShare.gpu_seconds,
         )
         .outerjoin(BreachShare, BreachShare.breach_id == BreachMinuteRollup.id)
-        .where(BreachMinuteRollup.hour >= start, BreachMinuteRollup.hour < end)
+        .where(BreachMinuteRollup.hour >= start, BreachMinuteRollup.hour < end,
+               *((BreachMinuteRollup.cluster == cluster,) if cluster is not None else ()))
     ).all()
     heads: dict[int, tuple] = {}
     shares: dict[int, list[tuple[str, object]]] = defaultdict(list)

@@ -10,7 +10,7 @@ from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 
-from sqlalchemy import BigInteger, Column, LargeBinary, Numeric, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, LargeBinary, Numeric, Text, TypeDecorator, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 import app.core.models  # noqa: F401  (naming convention)
@@ -163,3 +163,71 @@ class IssuedDocument(SQLModel, table=True):
 
 # Rated figures feed cached answers (overview cost, allocation); issued documents are served as stored.
 watch(BillingPeriod, ChargeLineRecord, TenantUsageRecord, UnpooledUsageRecord, UnattributedBreachRecord, PoolCostRecord)
+
+
+class ExactInt(TypeDecorator):
+    """An integer of any size, exactly: NUMERIC on PostgreSQL; text on SQLite, whose integers stop at 64 bits
+    (sums over it go through the exact functions `rating_sql` registers)."""
+
+    impl = Numeric
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect):
+        return dialect.type_descriptor(Text() if dialect.name == "sqlite" else Numeric())
+
+    def process_bind_param(self, value, dialect):
+        return None if value is None else (str(value) if dialect.name == "sqlite" else int(value))
+
+    def process_result_value(self, value, dialect):
+        return None if value is None else int(value)
+
+
+class RateKind(StrEnum):
+    PRICED = "priced"
+    UNPOOLED = "unpooled"  # GPUs on nodes no pool names: capacity counted, nothing priced
+    EMPTY = "empty"  # no GPUs: not rated
+
+
+class PoolHourRate(SQLModel, table=True):
+    """One cluster's pool-hour as rating prices it, stored once when the hour is rated first
+    (app/billing/hour_rates.py): what the month's lines are sums of (app/billing/rating_sql.py).
+
+    Amounts are exact integers in rating's units (app/billing/rating.py): C in 1e-20, rates in 1e-36
+    per GPU-second, GPU-seconds in 1e-6 (idle, dark) or 1e-20 (unused reserve), amounts the products.
+    Database triggers (migration 0024) delete the row whenever a rollup row of its pool-hour
+    (`pool_hour`, `pool_hour_model`, `usage_rollup`) is written or deleted, so a stored rate is never
+    older than its inputs: the next rating stores it again.
+    """
+
+    __tablename__ = "pool_hour_rate"
+
+    hour: datetime = Field(primary_key=True)
+    cluster: str = Field(primary_key=True)
+    pool: str = Field(primary_key=True)
+    kind: str
+    policy_version_id: int = Field(foreign_key="policy_version.id")
+    gpus: int
+    capacity_gpu_seconds: Decimal = Field(sa_column=Column(QUANTITY, nullable=False))
+    cost: int | None = Field(default=None, sa_column=Column(ExactInt))
+    rate: int | None = Field(default=None, sa_column=Column(ExactInt))
+    dark_rate: int | None = Field(default=None, sa_column=Column(ExactInt))
+    idle: int | None = Field(default=None, sa_column=Column(ExactInt))
+    idle_amount: int | None = Field(default=None, sa_column=Column(ExactInt))
+    dark: int | None = Field(default=None, sa_column=Column(ExactInt))
+    dark_amount: int | None = Field(default=None, sa_column=Column(ExactInt))
+    unused: int | None = Field(default=None, sa_column=Column(ExactInt))
+    unused_amount: int | None = Field(default=None, sa_column=Column(ExactInt))
+
+
+class InferenceHourRate(SQLModel, table=True):
+    """One inference tenant's use above its cover in a stored pool-hour (line 2), removed with its `PoolHourRate`."""
+
+    __tablename__ = "inference_hour_rate"
+
+    hour: datetime = Field(primary_key=True)
+    cluster: str = Field(primary_key=True)
+    pool: str = Field(primary_key=True)
+    tenant: str = Field(primary_key=True)
+    policy_version_id: int
+    over: int = Field(sa_column=Column(ExactInt, nullable=False))  # 1e-20 GPU-seconds
+    amount: int = Field(sa_column=Column(ExactInt, nullable=False))  # over x the hour's rate

@@ -230,6 +230,16 @@ UNPOOLED_HOUR = object()  # `Rater.price`: GPUs on nodes no pool names, counted 
 
 
 @dataclass(frozen=True, slots=True)
+class HourAmounts:
+    """What one priced pool-hour bills by the hour (`Rater.hour_amounts`), in exact integers."""
+
+    idle: int  # capacity not used, micro-GPU-seconds
+    dark: int  # used in dark time by other classes than inference, micro-GPU-seconds
+    unused: int  # reserve (covers) not used by its inference tenants, 1e-20 GPU-seconds
+    overage: tuple[tuple[str, int], ...]  # (inference tenant, use above its cover in 1e-20)
+
+
+@dataclass(frozen=True, slots=True)
 class Priced:
     """One pool-hour as priced: its version and segment, C, and the rates per GPU-second (the last two
     as integers in 1e-36: what each usage row's micro-GPU-seconds are multiplied by)."""
@@ -263,9 +273,13 @@ class Rater:
         self.unpooled_use: dict[tuple[str, str], int] = {}
 
     def _version(self, h: RatingHour) -> _Version:
-        v = self.versions.get(h.policy_version)
+        return self.version(h.policy_version, h.policy)
+
+    def version(self, number: int, policy: PolicyDocument) -> _Version:
+        """Policy version `number` as rating uses it; one period is rated in one currency."""
+        v = self.versions.get(number)
         if v is None:
-            v = self.versions[h.policy_version] = _Version.of(h.policy_version, h.policy)
+            v = self.versions[number] = _Version.of(number, policy)
             if self.currency is None:
                 self.currency = (v.currency, v.number)
             elif self.currency[0] != v.currency:
@@ -275,8 +289,8 @@ class Rater:
                     f"one period must be rated in one currency: policy version {first_version} prices in {first}, "
                     f"version {v.number} in {v.currency}",
                 )
-        elif v.policy is not h.policy and v.policy != h.policy:
-            raise RatingInputError("policy", f"two different documents given for policy version {h.policy_version}")
+        elif v.policy is not policy and v.policy != policy:
+            raise RatingInputError("policy", f"two different documents given for policy version {number}")
         return v
 
     def add(self, h: RatingHour) -> None:
@@ -289,11 +303,11 @@ class Rater:
             self._unpooled_rows(h, where)
             return
         used, dark_used, inference = self._rows(h, priced.seg.rows, priced.rate_int, priced.dark_int, where)
-        covers = self.covers(priced)
-        covered = 0
-        for tenant, gs in inference.items():
-            covered += self.overage(priced, covers, tenant, gs)
-        self.hour_lines(priced, used, dark_used, covered)
+        amounts = self.hour_amounts(priced, used, dark_used, inference)
+        for tenant, over in amounts.overage:
+            self.fold_overage(h.pool, priced.version.number, tenant, h.hour, h.hour, over, over * priced.rate_int)
+        self.hour_lines(priced, amounts)
+        self.breaches(priced.version, priced.seg, h.hour, h.pool, h.breaches)
 
     def price(self, h: RatingHour) -> Priced | object | None:
         """Check one pool-hour and price it: C, the rates, its segment. Its usage is folded by the caller.
@@ -328,18 +342,7 @@ class Rater:
                 self.missing_versions.setdefault(model, set()).add(v.number)
             return None
         cost = _hour_cost(v.sheet, h.models)
-        c = self.cost.get(pool)
-        if c is None:
-            self.cost[pool] = PoolCost(hour, hour, cost, v.number)
-        else:
-            c.cost += cost
-            if hour < c.first:
-                c.first = hour
-            if hour > c.last:
-                c.last, c.version = hour, v.number
-        seg = self.segments.get((pool, v.number))
-        if seg is None:
-            seg = self.segments[(pool, v.number)] = _Segment()
+        seg = self._segment(pool, v.number)
         micro = capacity.scaleb(6)
         if micro != micro.to_integral_value():
             raise RatingInputError(f"{where}.capacity_gpu_seconds", "capacity cannot be rated exactly: it carries more than 6 decimals")
@@ -347,10 +350,9 @@ class Rater:
         dark_rate = (rate * v.dark_multiplier).quantize(RATE)
         return Priced(h, v, seg, cost, int(micro), int(rate.scaleb(RATE_DIGITS)), int(dark_rate.scaleb(RATE_DIGITS)))
 
-    def covers(self, p: Priced) -> dict[str, int]:
-        """Reserved GPU-seconds f x S x share per tenant of a priced pool-hour, in 1e-20 (cached: the same
-        every hour of a stable pool)."""
-        v, pool, capacity = p.version, p.hour.pool, p.hour.capacity_gpu_seconds
+    def covers(self, v: _Version, pool: str, capacity: Decimal) -> dict[str, int]:
+        """Reserved GPU-seconds f x S x share per tenant of a pool-hour of capacity S, in 1e-20 (cached: the
+        same every hour of a stable pool)."""
         covered = self.covers_of.get((v.number, pool, capacity))
         if covered is None:
             fraction = v.reserved_fraction[pool]
@@ -359,44 +361,86 @@ class Rater:
             } if fraction else {}
         return covered
 
-    def overage(self, p: Priced, covers: dict[str, int], tenant: str, micro: int) -> int:
-        """Line 2 of one inference tenant in one pool-hour: its use above its cover; returns the covered part (1e-20)."""
-        gs = micro * TO_COVER
-        covered = min(covers.get(tenant, 0), gs)
-        over = gs - covered
-        p.seg.add_exact((tenant, LineKind.INFERENCE_OVERAGE, INFERENCE, ""), _cover_seconds(over), over * p.rate_int, COVER_DIGITS, p.hour.hour)
-        return covered
+    def hour_amounts(self, p: Priced, used_micro: int, dark_micro: int, inference: dict[str, int]) -> HourAmounts:
+        """What one priced pool-hour bills by the hour, from its GPU-seconds used (micro-GPU-seconds) in all, in
+        dark time by other classes than inference, and per inference tenant: each inference tenant's use
+        above its cover (line 2), the idle capacity and dark-time use (line 5), the reserve left unused."""
+        covers = self.covers(p.version, p.hour.pool, p.hour.capacity_gpu_seconds)
+        covered = 0
+        overage = []
+        for tenant, micro in inference.items():
+            gs = micro * TO_COVER
+            within = min(covers.get(tenant, 0), gs)
+            covered += within
+            overage.append((tenant, gs - within))
+        return HourAmounts(idle=p.capacity_micro - used_micro, dark=dark_micro, unused=sum(covers.values()) - covered,
+                           overage=tuple(overage))
 
-    def hour_lines(self, p: Priced, used_micro: int, dark_micro: int, covered: int) -> None:
-        """Lines 1, 4 and 5 of one priced pool-hour, from its GPU-seconds used (micro-GPU-seconds) in all
-        and in dark time by other classes than inference, and `covered`: the inference use within the
-        covers, summed over its tenants (1e-20; what `overage` returns). Lines 2, 3 and 6 are folded
-        per tenant by the caller. Every amount is an exact product, rounded once per line in `finish`.
-        """
-        h, v, seg, rate = p.hour, p.version, p.seg, p.rate_int
-        hour, pool = h.hour, h.pool
-        # line 1 is f x C x share over the segment: its C and hours here, the fees in `finish`
-        seg.cost += p.cost
-        seg.capacities[h.capacity_gpu_seconds] = seg.capacities.get(h.capacity_gpu_seconds, 0) + 1
-        if seg.first < 0 or hour < seg.first:
-            seg.first = hour
-        if hour > seg.last:
-            seg.last = hour
+    def hour_lines(self, p: Priced, amounts: HourAmounts) -> None:
+        """Lines 1 and 5 of one priced pool-hour from its `hour_amounts` (lines 2, 3, 4 and 6 are folded by the
+        caller). Every amount is an exact product, rounded once per line in `finish`."""
+        h, rate = p.hour, p.rate_int
+        self.fold_hours(h.pool, p.version, h.capacity_gpu_seconds, 1, p.cost, h.hour, h.hour)
+        self.fold_hour_amounts(
+            h.pool, p.version.number,
+            idle=(amounts.idle, amounts.idle * rate, h.hour, h.hour) if amounts.idle else None,
+            dark=(amounts.dark, amounts.dark * rate, h.hour, h.hour) if amounts.dark else None,
+            unused=(amounts.unused, amounts.unused * rate, h.hour, h.hour) if amounts.unused else None,
+        )
 
-        # line 5: what C pays for beyond lines 1-3, so that charges + balance = C every hour
-        idle = p.capacity_micro - used_micro
+    def _segment(self, pool: str, version: int) -> _Segment:
+        seg = self.segments.get((pool, version))
+        if seg is None:
+            seg = self.segments[(pool, version)] = _Segment()
+        return seg
+
+    def fold_hours(self, pool: str, v: _Version, capacity: Decimal, hours: int, cost: Decimal, first: int, last: int) -> None:
+        """`hours` priced hours of one segment with capacity S, spanning first..last, their C summed: the pool's
+        C (and the version of its last hour, the rounding line's) and what line 1 (f x C x share over the
+        segment, in `finish`) needs."""
+        c = self.cost.get(pool)
+        if c is None:
+            self.cost[pool] = PoolCost(first, last, cost, v.number)
+        else:
+            c.cost += cost
+            if first < c.first:
+                c.first = first
+            if last > c.last:
+                c.last, c.version = last, v.number
+        seg = self._segment(pool, v.number)
+        seg.cost += cost
+        seg.capacities[capacity] = seg.capacities.get(capacity, 0) + hours
+        self.covers(v, pool, capacity)
+        if seg.first < 0 or first < seg.first:
+            seg.first = first
+        if last > seg.last:
+            seg.last = last
+
+    def fold_hour_amounts(self, pool: str, version: int, *, idle: tuple | None, dark: tuple | None, unused: tuple | None) -> None:
+        """Line 5's parts over a segment's hours, each (quantity, quantity x the hours' integer rates, first hour,
+        last hour) or None when no hour had any: idle capacity (micro-GPU-seconds), dark-time use by other
+        classes than inference (micro-GPU-seconds, discounted), and reserve left unused (1e-20, credited back)."""
+        v, seg = self.versions[version], self.segments[(pool, version)]
         if idle:
-            seg.add_exact((PLATFORM, LineKind.IDLE, "", ""), _seconds(idle), idle * rate, ROW_DIGITS, hour)
-        if dark_micro:
+            seg.add_exact((PLATFORM, LineKind.IDLE, "", ""), _seconds(idle[0]), idle[1], ROW_DIGITS, idle[2], idle[3])
+        if dark:
             discount, digits = v.discount
-            seg.add_exact((PLATFORM, LineKind.DARK_DISCOUNT, "", ""), _seconds(dark_micro), dark_micro * rate * discount, ROW_DIGITS + digits, hour)
-        unused = sum(self.covers(p).values()) - covered  # reserved fees above their use
+            seg.add_exact((PLATFORM, LineKind.DARK_DISCOUNT, "", ""), _seconds(dark[0]), dark[1] * discount, ROW_DIGITS + digits,
+                          dark[2], dark[3])
         if unused:
-            seg.add_exact((PLATFORM, LineKind.RESERVED_UNUSED, "", ""), _cover_seconds(unused), -unused * rate, COVER_DIGITS, hour)
+            seg.add_exact((PLATFORM, LineKind.RESERVED_UNUSED, "", ""), _cover_seconds(unused[0]), -unused[1], COVER_DIGITS,
+                          unused[2], unused[3])
 
+    def breaches(self, v: _Version, seg: _Segment, hour: int, pool: str, breaches: Iterable) -> None:
+        """Line 4 of one priced pool-hour: each breach minute's penalty split by co-located GPU-seconds."""
         where = f"hours[{hour}:{pool}]"
-        for i, b in enumerate(h.breaches):
-            self._breach(v, seg, h, b, f"{where}.breaches[{i}]")
+        for i, b in enumerate(breaches):
+            self._breach(v, seg, hour, pool, b, f"{where}.breaches[{i}]")
+
+    def hour_use(self, p: Priced) -> tuple[int, int, dict[str, int]]:
+        """A priced pool-hour's usage rows checked and summed (what `hour_amounts` takes), folded nowhere."""
+        h = p.hour
+        return self._rows(h, {}, p.rate_int, p.dark_int, f"hours[{h.hour}:{h.pool}]")
 
     def _rows(self, h: RatingHour, rows: dict, rate: int, dark_rate: int, where: str) -> tuple[int, int, dict[str, int]]:
         """Fold one pool-hour's usage rows; returns micro-GPU-seconds used, used in dark time, and per inference tenant.
@@ -462,11 +506,14 @@ class Rater:
             (tenant, LineKind.INFERENCE_OVERAGE, INFERENCE, ""), _cover_seconds(over), amount, COVER_DIGITS, first, last)
 
     def _unpooled_hour(self, h: RatingHour) -> None:
+        self.fold_unpooled_hour(h.gpus, h.capacity_gpu_seconds)
+
+    def fold_unpooled_hour(self, gpus: int, capacity: Decimal) -> None:
         """GPUs on nodes the policy does not know: count capacity (and use, by the caller), price nothing, never refuse."""
         acc = self.unpooled
         acc.hours += 1
-        acc.max_gpus = max(acc.max_gpus, h.gpus)
-        acc.capacity += h.capacity_gpu_seconds
+        acc.max_gpus = max(acc.max_gpus, gpus)
+        acc.capacity += capacity
 
     def _unpooled_rows(self, h: RatingHour, where: str) -> None:
         for usage in (self._micro(h, where), h.micro_usage) if h.usage else (h.micro_usage,):
@@ -499,10 +546,10 @@ class Rater:
             raise RatingInputError(f"{where}.usage.{tenant}.gpu_seconds", f"negative GPU-seconds {_seconds(gs)}")
         raise RatingInputError(f"{where}.usage.{tenant}.klass", f"unknown workload class {klass!r}")
 
-    def _breach(self, v: _Version, seg: _Segment, h: RatingHour, b, where: str) -> None:
+    def _breach(self, v: _Version, seg: _Segment, hour: int, pool: str, b, where: str) -> None:
         """Line 4: one breach minute's penalty, split by co-located GPU-seconds, credited to the service."""
-        if b.pool != h.pool:
-            raise RatingInputError(f"{where}.pool", f"a breach of pool {b.pool!r} was given with pool {h.pool!r}")
+        if b.pool != pool:
+            raise RatingInputError(f"{where}.pool", f"a breach of pool {b.pool!r} was given with pool {pool!r}")
         penalty = v.penalty.get(b.service)
         if penalty is None:
             raise RatingInputError(f"{where}.service", f"service {b.service!r} has no SLA in policy version {v.number}")
@@ -512,7 +559,7 @@ class Rater:
                 shares[tenant] = shares.get(tenant, ZERO) + gs
         total = sum(shares.values(), ZERO)
         if not total:
-            self.unattributed.append(UnattributedBreach(service=b.service, pool=h.pool, minute_end=b.minute_end, penalty=penalty))
+            self.unattributed.append(UnattributedBreach(service=b.service, pool=pool, minute_end=b.minute_end, penalty=penalty))
             return
         for tenant, gs in shares.items():
             if tenant == UNALLOCATED:
@@ -521,16 +568,16 @@ class Rater:
                 account, klass = tenant, v.klass.get(tenant, "")
                 if not klass:
                     raise RatingInputError(f"{where}.colocated.{tenant}", f"tenant {tenant!r} is not in policy version {v.number}")
-            seg.add((account, LineKind.SLA_PENALTY, klass, b.service), (gs / total).quantize(EXACT), (penalty * gs / total).quantize(EXACT), h.hour)
-        ck = (h.pool, b.service, v.number)
+            seg.add((account, LineKind.SLA_PENALTY, klass, b.service), (gs / total).quantize(EXACT), (penalty * gs / total).quantize(EXACT), hour)
+        ck = (pool, b.service, v.number)
         c = self.credits.get(ck)
         if c is None:
-            self.credits[ck] = Credit(h.hour, h.hour, b.service_tenant, 1)
+            self.credits[ck] = Credit(hour, hour, b.service_tenant, 1)
             return
         if c.tenant != b.service_tenant:
             raise RatingInputError(f"{where}.service_tenant", f"service {b.service!r} is credited to both {c.tenant!r} and {b.service_tenant!r}")
         c.minutes += 1
-        c.cover(h.hour, h.hour)
+        c.cover(hour, hour)
 
     def _fees(self, pool: str, version: int, seg: _Segment) -> None:
         """Line 1 of a segment: f x C x share over its hours (C summed exactly), for the covers f x S x share."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -16,27 +16,15 @@ from sqlalchemy.exc import DBAPIError
 from sqlmodel import select
 
 from app.core.audit import AuditEntry, record
-from app.core.db import make_engine, unit_of_work
+from app.core.db import unit_of_work
 from app.core.errors import Conflict
 from app.core.timeutil import floor_hour, utcnow
 from app.policy.models import PolicyVersion
 from app.review import changes, releases
 from app.review.models import ChangeRequest, ChangeState
-from tests.support.databases import drop_postgres_database, migrated, new_postgres_database
 from tests.support.review import draft, seed, set_p99
 
 EFFECTIVE = floor_hour(utcnow()) + timedelta(hours=2)
-
-
-@pytest.fixture
-def pg_engine() -> Iterator:
-    url = migrated(new_postgres_database())
-    engine = make_engine(url)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
-        drop_postgres_database(url)
 
 
 def race(engine, calls: list[Callable]) -> list:

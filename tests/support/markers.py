@@ -4,7 +4,7 @@ checks that each still exists)."""
 # Markers follow from the fixtures a test uses (named where they are defined: two modules may reuse a
 # name), so `-m "not postgres"` / `-m "not prometheus"` deselect every such test.
 MARKING_FIXTURES = {
-    "postgres": {"tests.browser.conftest.portal", "tests.review.test_releases_concurrency.pg_engine",
+    "postgres": {"tests.browser.conftest.portal", "tests.conftest.pg_engine",
                  "tests.api.test_schemathesis.seeded_database"},
     "prometheus": {"tests.support.ingest.scenario_prometheus", "tests.metrics.test_outage.prometheus",
                    "tests.billing.test_e2e_postgres.prometheus", "tests.metrics.test_simulator_truth.sim_prometheus",

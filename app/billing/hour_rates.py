@@ -1,0 +1,158 @@
+"""Each pool-hour rated once: its rate and per-hour amounts stored, so a month's rating is sums (issue 15).
+
+What `rating.Rater` computes per pool-hour (C, the rates, idle capacity, dark-time use, the reserve left
+unused, each inference tenant's use above its cover) depends only on that pool-hour's rollup rows and
+its policy version, which never changes once stored. So it is computed once, by the reference's own
+`Rater.price`, `hour_use` and `hour_amounts`, and stored in `pool_hour_rate` / `inference_hour_rate`
+(exact integers). Triggers (migration 0024) delete a pool-hour's stored rows whenever its rollup rows
+are written, by ingestion or anyone else; `store_missing` then stores them again:
+
+- the worker's `hour_rates_task` after each ingestion round (the hours just ingested), and
+- `rating_sql.rate_stored` for whatever of its period is still missing (history from before 0024, rows
+  written by hand), in the rating's own transaction.
+
+A pool-hour the reference would refuse (a model without a price, a pool the policy does not know, a
+bad usage row) is not stored: the rating that needs it finds it missing and lets the reference say why.
+
+Concurrency: on PostgreSQL the pool-hour rows being rated are read `FOR SHARE`, so a re-ingestion of
+the same hour waits for the stored rates to commit, then deletes them through its triggers; on SQLite
+one writer at a time does the same. Workers fill under one advisory lock (the others skip the round),
+and every insert is `ON CONFLICT DO NOTHING` against a rating doing the same.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from app.billing.loader import DocumentCache, load_hours
+from app.billing.models import InferenceHourRate, PoolHourRate, RateKind
+from app.billing.rating import UNPOOLED_HOUR, Rater, rating_context
+from app.core.db import is_postgres, unit_of_work
+from app.core.errors import Invalid
+from app.core.timeutil import HOUR, aware, epoch, from_epoch
+from app.metrics.models import PoolHourRollup
+
+ADVISORY_LOCK = 0x6362_7261_7465  # "cbrate": one filling worker at a time
+TASK_WINDOW = timedelta(days=62)  # the worker's task looks this far back; ratings fill anything older
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What one `store_missing` did: pool-hours stored, and those the reference would refuse (left missing)."""
+
+    stored: int = 0
+    refused: int = 0
+
+
+def missing(session: Session, start: datetime | None = None, end: datetime | None = None) -> dict[str, list[datetime]]:
+    """Per cluster, the hours in [start, end) with a pool-hour that has no stored rate, in order."""
+    p, r = PoolHourRollup, PoolHourRate
+    q = (select(p.cluster, p.hour).distinct()
+         .outerjoin(r, and_(r.hour == p.hour, r.cluster == p.cluster, r.pool == p.pool))
+         .where(r.hour.is_(None)))
+    if start is not None:
+        q = q.where(p.hour >= start)
+    if end is not None:
+        q = q.where(p.hour < end)
+    out: dict[str, list[datetime]] = defaultdict(list)
+    for cluster, hour in session.connection().execute(q.order_by(p.cluster, p.hour)):
+        out[cluster].append(aware(hour))
+    return out
+
+
+def store_missing(session: Session, *, start: datetime | None = None, end: datetime | None = None,
+                  docs: DocumentCache | None = None) -> Stored:
+    """Rate and store every pool-hour in [start, end) (all of history by default) that has no stored rate.
+
+    Flushes only: the caller commits (or rolls back, and the rates with it)."""
+    docs = docs or DocumentCache(session)
+    stored = refused = 0
+    for cluster, hours in missing(session, start, end).items():
+        for first, last in _runs(hours):
+            s, r = _store_run(session, docs, cluster, first, last + HOUR)
+            stored, refused = stored + s, refused + r
+    return Stored(stored, refused)
+
+
+def _runs(hours: list[datetime]) -> list[tuple[datetime, datetime]]:
+    """Consecutive hours as (first, last) runs."""
+    runs: list[list[datetime]] = []
+    for hour in hours:
+        if runs and hour == runs[-1][1] + HOUR:
+            runs[-1][1] = hour
+        else:
+            runs.append([hour, hour])
+    return [(a, b) for a, b in runs]
+
+
+def _store_run(session: Session, docs: DocumentCache, cluster: str, start: datetime, end: datetime) -> tuple[int, int]:
+    conn = session.connection()
+    p = PoolHourRollup
+    if is_postgres(session):  # a re-ingestion of these hours waits until their rates are committed
+        conn.execute(select(p.hour).where(p.cluster == cluster, p.hour >= start, p.hour < end).with_for_update(read=True))
+    have = {(epoch(aware(h)), pool) for h, pool in conn.execute(
+        select(PoolHourRate.hour, PoolHourRate.pool).where(PoolHourRate.cluster == cluster, PoolHourRate.hour >= start,
+                                                           PoolHourRate.hour < end))}
+    rates, overage, refused = [], [], 0
+    with rating_context():
+        for h in load_hours(session=session, start=start, end=end, docs=docs, cluster=cluster):
+            if (h.hour, h.pool) in have:
+                continue
+            rated = _rate_hour(h, cluster)
+            if rated is None:
+                refused += 1
+                continue
+            rates.append(rated[0])
+            overage.extend(rated[1])
+    _insert(session, PoolHourRate, rates)
+    _insert(session, InferenceHourRate, overage)
+    return len(rates), refused
+
+
+def _rate_hour(h, cluster: str) -> tuple[dict, list[dict]] | None:
+    """One cluster's pool-hour as the reference prices it: its `pool_hour_rate` row and `inference_hour_rate`
+    rows, or None when the reference would refuse it."""
+    rater = Rater(h.hour, h.hour + 3600)
+    row = {"hour": from_epoch(h.hour), "cluster": cluster, "pool": h.pool, "policy_version_id": h.policy_version,
+           "gpus": h.gpus, "capacity_gpu_seconds": h.capacity_gpu_seconds}
+    try:
+        p = rater.price(h)
+        if p is None:
+            return None if rater.missing else ({**row, "kind": RateKind.EMPTY}, [])
+        if p is UNPOOLED_HOUR:
+            return {**row, "kind": RateKind.UNPOOLED}, []
+        used, dark, inference = rater.hour_use(p)
+        a = rater.hour_amounts(p, used, dark, inference)
+    except Invalid:
+        return None
+    rate = p.rate_int
+    row.update(kind=RateKind.PRICED, cost=int(p.cost.scaleb(20)), rate=rate, dark_rate=p.dark_int,
+               idle=a.idle, idle_amount=a.idle * rate, dark=a.dark, dark_amount=a.dark * rate,
+               unused=a.unused, unused_amount=a.unused * rate)
+    over = [{"hour": row["hour"], "cluster": cluster, "pool": h.pool, "tenant": tenant, "policy_version_id": h.policy_version,
+             "over": o, "amount": o * rate} for tenant, o in a.overage]
+    return row, over
+
+
+def _insert(session: Session, model, rows: list[dict]) -> None:
+    """Insert rows, leaving any another transaction stored meanwhile (the same figures, from the same inputs)."""
+    if not rows:
+        return
+    dialect = postgresql if is_postgres(session) else sqlite
+    session.execute(dialect.insert(model).on_conflict_do_nothing(), rows)
+
+
+def hour_rates_task(engine: Engine, now: datetime) -> Stored:
+    """The worker task: store the rates of the pool-hours ingested (or re-ingested) lately, by one worker at a
+    time (on PostgreSQL the others skip the round: the rates they would store are being stored)."""
+    with unit_of_work(engine) as session:
+        if is_postgres(session) and not session.execute(select(func.pg_try_advisory_xact_lock(ADVISORY_LOCK))).scalar():
+            return Stored()
+        return store_missing(session, start=aware(now) - TASK_WINDOW)
