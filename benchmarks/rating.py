@@ -8,9 +8,11 @@ Creates a throwaway database on the server in CHARGEBACK_BENCH_PG_URL (default t
 server), loads the rollups with COPY in a child process (so the parent's peak RSS is that of
 rating and closing only), then times, in the same run:
   baseline  one SQL GROUP BY over the month's usage rollups (what reading the inputs costs)
+  store     each pool-hour's rate stored once (`hour_rates.store_missing`, what the worker's task does
+            after each ingested hour), committed: paid at ingestion, not by the rating
   load      streaming the month through the loader (RatingHour objects) without rating
   rate      `periods.rate` (the SQL path `rating_sql.rate_stored` + store lines), committed
-  SQL path  `rating_sql.rate_stored` alone, then the reference `rate_period` over `load_hours` alone,
+  SQL path  `rating_sql.rate_stored` alone (sums of the stored rates), then the reference `rate_period` over `load_hours` alone,
             their results compared (they must be equal), peak RSS after each
   close     `periods.close`, the finalize step (re-rate + store lines + status + audit), committed
   issue     the worker's issuing step (`issuing.issue_period`): every document rendered from the stored
@@ -262,7 +264,7 @@ def main() -> None:
 
 
 def run(url: str, args) -> None:
-    from app.billing import periods
+    from app.billing import hour_rates, periods
     from app.billing.loader import load_hours
     from app.billing.rating import rate_period
     from app.billing.rating_sql import rate_stored
@@ -302,6 +304,16 @@ def run(url: str, args) -> None:
         with unit_of_work(engine) as s:
             return rate_period(load_hours(session=s, start=start, end=end), **span)
 
+    def store():
+        with unit_of_work(engine) as s:
+            done = hour_rates.store_missing(session=s, start=start, end=end)
+        with engine.connect() as conn:  # as autovacuum would after ingestion: the planner sees the new rows
+            conn.execute(text("ANALYZE pool_hour_rate"))
+            conn.execute(text("ANALYZE inference_hour_rate"))
+            conn.commit()
+        return done
+
+    t_store, stored = _timed(store, "store")
     # the SQL path first, so the peak RSS after it is its own (the reference holds a day of rows at a time)
     t_rate, _ = _timed(rate, "rate")
     t_sql, by_sql = _timed(sql_path, "sql")
@@ -313,6 +325,8 @@ def run(url: str, args) -> None:
     print(f"fleet: {args.tenants} tenants (scale {args.scale}), {args.pools} pools, {args.gpus:,} GPUs, month {args.month}", flush=True)
     print(f"load average before rating: {load_before:.1f} on {os.cpu_count()} CPUs; now {os.getloadavg()[0]:.1f}")
     print(f"baseline GROUP BY      : {t_base:7.2f} s wall   1.0x")
+    print(f"store rates (ingestion): {t_store:7.2f} s wall  {t_store / t_base:5.1f}x   python CPU {CPU['store']:6.2f} s   "
+          f"({stored.stored:,} pool-hours, {t_store / max(stored.stored, 1) * 1000:.2f} ms each; once, as each hour is ingested)")
     print(f"rate (periods.rate)    : {t_rate:7.2f} s wall  {t_rate / t_base:5.1f}x   python CPU {CPU['rate']:6.2f} s   (goal <= 3x; SQL path + store lines)")
     print(f"  SQL path alone       : {t_sql:7.2f} s wall  {t_sql / t_base:5.1f}x   python CPU {CPU['sql']:6.2f} s   peak RSS so far {rss_sql:,.0f} MiB")
     print(f"  reference path alone : {t_ref:7.2f} s wall  {t_ref / t_base:5.1f}x   python CPU {CPU['reference']:6.2f} s   peak RSS so far {rss_ref:,.0f} MiB"

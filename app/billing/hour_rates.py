@@ -3,7 +3,7 @@
 What `rating.Rater` computes per pool-hour (C, the rates, idle capacity, dark-time use, the reserve left
 unused, each inference tenant's use above its cover) depends only on that pool-hour's rollup rows and
 its policy version, which never changes once stored. So it is computed once, by the reference's own
-`Rater.price`, `hour_use` and `hour_amounts`, and stored in `pool_hour_rate` / `inference_hour_rate`
+`Rater.price`, `hour_use` and `hour_amounts`, and stored in `pool_hour_rate` / `inference_hour_rate` / `sla_hour_rate`
 (exact integers). Triggers (migration 0024) delete a pool-hour's stored rows whenever its rollup rows
 are written, by ingestion or anyone else; `store_missing` then stores them again:
 
@@ -25,22 +25,25 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from sqlalchemy import and_, func, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from app.billing.loader import DocumentCache, load_hours
-from app.billing.models import InferenceHourRate, PoolHourRate, RateKind
-from app.billing.rating import UNPOOLED_HOUR, Rater, rating_context
+from app.billing.models import InferenceHourRate, PoolHourRate, RateKind, SlaHourRate, SlaKind
+from app.billing.rating import EXACT_DIGITS, UNPOOLED_HOUR, Rater, rating_context
 from app.core.db import is_postgres, unit_of_work
 from app.core.errors import Invalid
 from app.core.timeutil import HOUR, aware, epoch, from_epoch
 from app.metrics.models import PoolHourRollup
 
 ADVISORY_LOCK = 0x6362_7261_7465  # "cbrate": one filling worker at a time
-TASK_WINDOW = timedelta(days=62)  # the worker's task looks this far back; ratings fill anything older
+TASK_WINDOW = timedelta(days=62)
+BATCH = 2_000  # pool-hours per insert
+PARAMETERS = 30_000  # bound parameters per statement (SQLite allows 32,766, PostgreSQL 65,535)  # the worker's task looks this far back; ratings fill anything older
 
 
 @dataclass(frozen=True)
@@ -100,53 +103,94 @@ def _store_run(session: Session, docs: DocumentCache, cluster: str, start: datet
     have = {(epoch(aware(h)), pool) for h, pool in conn.execute(
         select(PoolHourRate.hour, PoolHourRate.pool).where(PoolHourRate.cluster == cluster, PoolHourRate.hour >= start,
                                                            PoolHourRate.hour < end))}
-    rates, overage, refused = [], [], 0
+    rates, overage, sla, stored, refused = [], [], [], 0, 0
+    rater = Rater(epoch(start), epoch(end))  # one per run: each policy version is read once
     with rating_context():
         for h in load_hours(session=session, start=start, end=end, docs=docs, cluster=cluster):
             if (h.hour, h.pool) in have:
                 continue
-            rated = _rate_hour(h, cluster)
+            rated = _rate_hour(rater, h, cluster)
             if rated is None:
                 refused += 1
                 continue
             rates.append(rated[0])
             overage.extend(rated[1])
-    _insert(session, PoolHourRate, rates)
-    _insert(session, InferenceHourRate, overage)
-    return len(rates), refused
+            sla.extend(rated[2])
+            if len(rates) >= BATCH:
+                stored += _flush(session, rates, overage, sla)
+    return stored + _flush(session, rates, overage, sla), refused
 
 
-def _rate_hour(h, cluster: str) -> tuple[dict, list[dict]] | None:
-    """One cluster's pool-hour as the reference prices it: its `pool_hour_rate` row and `inference_hour_rate`
-    rows, or None when the reference would refuse it."""
-    rater = Rater(h.hour, h.hour + 3600)
-    row = {"hour": from_epoch(h.hour), "cluster": cluster, "pool": h.pool, "policy_version_id": h.policy_version,
-           "gpus": h.gpus, "capacity_gpu_seconds": h.capacity_gpu_seconds}
+def _flush(session: Session, rates: list[dict], overage: list[dict], sla: list[dict]) -> int:
+    """Insert and empty the batch; returns the pool-hours it held."""
+    n = len(rates)
+    for model, rows in ((PoolHourRate, rates), (InferenceHourRate, overage), (SlaHourRate, sla)):
+        _insert(session, model, rows)
+        rows.clear()
+    return n
+
+
+def _rate_hour(rater: Rater, h, cluster: str) -> tuple[dict, list[dict], list[dict]] | None:
+    """One cluster's pool-hour as the reference prices it: its `pool_hour_rate` row, `inference_hour_rate` and
+    `sla_hour_rate` rows, or None when the reference would refuse it."""
     try:
-        p = rater.price(h)
-        if p is None:
-            return None if rater.missing else ({**row, "kind": RateKind.EMPTY}, [])
-        if p is UNPOOLED_HOUR:
-            return {**row, "kind": RateKind.UNPOOLED}, []
-        used, dark, inference = rater.hour_use(p)
-        a = rater.hour_amounts(p, used, dark, inference)
+        return _rated(rater, h, cluster)
     except Invalid:
         return None
+
+
+def _rated(rater: Rater, h, cluster: str) -> tuple[dict, list[dict], list[dict]] | None:
+    key = {"hour": from_epoch(h.hour), "cluster": cluster, "pool": h.pool, "policy_version_id": h.policy_version}
+    row = {**key, "gpus": h.gpus, "capacity_gpu_seconds": h.capacity_gpu_seconds}
+    p = rater.price(h)
+    if p is None:
+        return ({**row, "kind": RateKind.EMPTY.value}, [], []) if h.gpus == 0 else None  # else a model without a price
+    if p is UNPOOLED_HOUR:
+        rater.check_unpooled(h)
+        return {**row, "kind": RateKind.UNPOOLED.value}, [], []
+    a = rater.hour_amounts(p, *rater.hour_use(p))
+    b = rater.hour_breaches(p.version, h.hour, h.pool, h.breaches)
     rate = p.rate_int
-    row.update(kind=RateKind.PRICED, cost=int(p.cost.scaleb(20)), rate=rate, dark_rate=p.dark_int,
+    row.update(kind=RateKind.PRICED.value, cost=_e20(p.cost), rate=rate, dark_rate=p.dark_int,
                idle=a.idle, idle_amount=a.idle * rate, dark=a.dark, dark_amount=a.dark * rate,
                unused=a.unused, unused_amount=a.unused * rate)
-    over = [{"hour": row["hour"], "cluster": cluster, "pool": h.pool, "tenant": tenant, "policy_version_id": h.policy_version,
-             "over": o, "amount": o * rate} for tenant, o in a.overage]
-    return row, over
+    over = [{**key, "tenant": tenant, "over": o, "amount": o * rate} for tenant, o in a.overage]
+    sla = [{**key, "kind": SlaKind.PENALTY.value, "service": service, "account": account, "klass": klass, "minute_end": 0,
+            "quantity": _e20(q), "amount": _e20(amount)} for account, klass, service, q, amount in b.penalties]
+    sla += [{**key, "kind": SlaKind.CREDIT.value, "service": service, "account": tenant, "klass": "", "minute_end": 0,
+             "quantity": minutes, "amount": 0} for service, tenant, minutes in b.credits]
+    sla += [{**key, "kind": SlaKind.UNATTRIBUTED.value, "service": u.service, "account": "", "klass": "",
+             "minute_end": u.minute_end, "quantity": 0, "amount": _e20(u.penalty)} for u in b.unattributed]
+    return row, over, sla
+
+
+def _e20(d: Decimal) -> int:
+    """An amount exact at 1e-20 as an integer in 1e-20 (refuses one finer: it would not be stored exactly)."""
+    scaled = d.scaleb(EXACT_DIGITS)
+    if scaled != scaled.to_integral_value():
+        raise Invalid(detail=f"an SLA amount finer than 1e-20: {d}")
+    return int(scaled)
 
 
 def _insert(session: Session, model, rows: list[dict]) -> None:
-    """Insert rows, leaving any another transaction stored meanwhile (the same figures, from the same inputs)."""
+    """Insert rows, leaving any that another transaction stored meanwhile (the same figures, from the same
+    inputs). PostgreSQL: COPY into a temporary table, then one INSERT ... SELECT ... ON CONFLICT DO NOTHING
+    (an executemany costs ~80 us a row, a pool-hour's rows then cost more than pricing it)."""
     if not rows:
         return
-    dialect = postgresql if is_postgres(session) else sqlite
-    session.execute(dialect.insert(model).on_conflict_do_nothing(), rows)
+    columns = [c.name for c in model.__table__.columns]  # a row leaves out what its kind does not have
+    if not is_postgres(session):
+        session.execute(sqlite.insert(model).on_conflict_do_nothing(), [{c: row.get(c) for c in columns} for row in rows])
+        return
+    table, names = model.__tablename__, ", ".join(columns)
+    conn = session.connection()
+    conn.exec_driver_sql(f"CREATE TEMPORARY TABLE IF NOT EXISTS new_{table} (LIKE {table}) ON COMMIT DROP")
+    cursor = conn.connection.driver_connection.cursor()
+    with cursor, cursor.copy(f"COPY new_{table} ({names}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row([row.get(c) for c in columns])
+    conn.exec_driver_sql(f"INSERT INTO {table} ({names}) SELECT {names} FROM new_{table} ON CONFLICT DO NOTHING")
+    conn.exec_driver_sql(f"TRUNCATE new_{table}")
 
 
 def hour_rates_task(engine: Engine, now: datetime) -> Stored:

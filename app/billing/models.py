@@ -231,3 +231,30 @@ class InferenceHourRate(SQLModel, table=True):
     policy_version_id: int
     over: int = Field(sa_column=Column(ExactInt, nullable=False))  # 1e-20 GPU-seconds
     amount: int = Field(sa_column=Column(ExactInt, nullable=False))  # over x the hour's rate
+
+
+class SlaKind(StrEnum):
+    PENALTY = "penalty"
+    CREDIT = "credit"
+    UNATTRIBUTED = "unattributed"
+
+
+class SlaHourRate(SQLModel, table=True):
+    """A stored pool-hour's breach minutes as billed (line 4), removed with its `PoolHourRate`: per account, class
+    and service the breach minutes and penalty split to it (`penalty`, both in 1e-20), the minutes credited to
+    each service's tenant (`credit`, quantity = minutes), and each minute nobody was co-located in
+    (`unattributed`, amount = the penalty nobody pays, in 1e-20)."""
+
+    __tablename__ = "sla_hour_rate"
+
+    hour: datetime = Field(primary_key=True)
+    cluster: str = Field(primary_key=True)
+    pool: str = Field(primary_key=True)
+    kind: str = Field(primary_key=True)  # penalty | credit | unattributed
+    service: str = Field(primary_key=True)
+    account: str = Field(primary_key=True)  # penalty: the account charged; credit: the service's tenant; else ""
+    klass: str = Field(primary_key=True)  # penalty: the account's class; else ""
+    minute_end: int = Field(default=0, primary_key=True, sa_type=BigInteger)  # unattributed: the minute (epoch); else 0
+    policy_version_id: int
+    quantity: int = Field(sa_column=Column(ExactInt, nullable=False))
+    amount: int = Field(sa_column=Column(ExactInt, nullable=False))

@@ -240,6 +240,15 @@ class HourAmounts:
 
 
 @dataclass(frozen=True, slots=True)
+class HourBreaches:
+    """One priced pool-hour's breach minutes as billed (`Rater.hour_breaches`)."""
+
+    penalties: tuple[tuple[str, str, str, Decimal, Decimal], ...]  # (account, klass, service, breach minutes, amount)
+    credits: tuple[tuple[str, str, int], ...]  # (service, its tenant, minutes credited)
+    unattributed: tuple[UnattributedBreach, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Priced:
     """One pool-hour as priced: its version and segment, C, and the rates per GPU-second (the last two
     as integers in 1e-36: what each usage row's micro-GPU-seconds are multiplied by)."""
@@ -433,9 +442,71 @@ class Rater:
 
     def breaches(self, v: _Version, seg: _Segment, hour: int, pool: str, breaches: Iterable) -> None:
         """Line 4 of one priced pool-hour: each breach minute's penalty split by co-located GPU-seconds."""
+        self.fold_breaches(v, seg, hour, pool, self.hour_breaches(v, hour, pool, breaches))
+
+    def hour_breaches(self, v: _Version, hour: int, pool: str, breaches: Iterable) -> HourBreaches:
+        """One priced pool-hour's breach minutes: each penalty split by co-located GPU-seconds (summed per account,
+        class and service, each minute's share quantized to 1e-20), the minutes credited to each service's
+        tenant, and the minutes nobody was co-located in."""
         where = f"hours[{hour}:{pool}]"
+        penalties: dict[tuple[str, str, str], list[Decimal]] = {}
+        credits: dict[str, list] = {}  # service -> [tenant, minutes]
+        unattributed = []
         for i, b in enumerate(breaches):
-            self._breach(v, seg, hour, pool, b, f"{where}.breaches[{i}]")
+            at = f"{where}.breaches[{i}]"
+            if b.pool != pool:
+                raise RatingInputError(f"{at}.pool", f"a breach of pool {b.pool!r} was given with pool {pool!r}")
+            penalty = v.penalty.get(b.service)
+            if penalty is None:
+                raise RatingInputError(f"{at}.service", f"service {b.service!r} has no SLA in policy version {v.number}")
+            shares: dict[str, Decimal] = {}
+            for tenant, gs in b.colocated:
+                if gs > 0:
+                    shares[tenant] = shares.get(tenant, ZERO) + gs
+            total = sum(shares.values(), ZERO)
+            if not total:
+                unattributed.append(UnattributedBreach(service=b.service, pool=pool, minute_end=b.minute_end, penalty=penalty))
+                continue
+            for tenant, gs in shares.items():
+                if tenant == UNALLOCATED:
+                    account, klass = PLATFORM, UNALLOCATED  # the platform carries unallocated use, and so its penalties
+                else:
+                    account, klass = tenant, v.klass.get(tenant, "")
+                    if not klass:
+                        raise RatingInputError(f"{at}.colocated.{tenant}", f"tenant {tenant!r} is not in policy version {v.number}")
+                acc = penalties.setdefault((account, klass, b.service), [ZERO, ZERO])
+                acc[0] += (gs / total).quantize(EXACT)
+                acc[1] += (penalty * gs / total).quantize(EXACT)
+            credit = credits.setdefault(b.service, [b.service_tenant, 0])
+            if credit[0] != b.service_tenant:
+                raise RatingInputError(f"{at}.service_tenant",
+                                       f"service {b.service!r} is credited to both {credit[0]!r} and {b.service_tenant!r}")
+            credit[1] += 1
+        return HourBreaches(penalties=tuple((*key, q, a) for key, (q, a) in penalties.items()),
+                            credits=tuple((service, tenant, n) for service, (tenant, n) in credits.items()),
+                            unattributed=tuple(unattributed))
+
+    def fold_breaches(self, v: _Version, seg: _Segment, first: int, pool: str, hb: HourBreaches, last: int | None = None) -> None:
+        """`hour_breaches` of one pool-hour, or summed over a segment's hours first..last, into lines 4 and the credits."""
+        last = first if last is None else last
+        for account, klass, service, quantity, amount in hb.penalties:
+            seg.add((account, LineKind.SLA_PENALTY, klass, service), quantity, amount, first, last)
+        for service, tenant, minutes in hb.credits:
+            ck = (pool, service, v.number)
+            c = self.credits.get(ck)
+            if c is None:
+                self.credits[ck] = Credit(first, last, tenant, minutes)
+                continue
+            if c.tenant != tenant:
+                raise RatingInputError(f"hours[{first}:{pool}].breaches.service_tenant",
+                                       f"service {service!r} is credited to both {c.tenant!r} and {tenant!r}")
+            c.minutes += minutes
+            c.cover(first, last)
+        self.unattributed.extend(hb.unattributed)
+
+    def check_unpooled(self, h: RatingHour) -> None:
+        """An unpooled hour's usage rows checked as `add` checks them (their use is summed elsewhere)."""
+        self._unpooled_rows(h, f"hours[{h.hour}:{h.pool}]")
 
     def hour_use(self, p: Priced) -> tuple[int, int, dict[str, int]]:
         """A priced pool-hour's usage rows checked and summed (what `hour_amounts` takes), folded nowhere."""
@@ -545,39 +616,6 @@ class Rater:
         if gs < 0:
             raise RatingInputError(f"{where}.usage.{tenant}.gpu_seconds", f"negative GPU-seconds {_seconds(gs)}")
         raise RatingInputError(f"{where}.usage.{tenant}.klass", f"unknown workload class {klass!r}")
-
-    def _breach(self, v: _Version, seg: _Segment, hour: int, pool: str, b, where: str) -> None:
-        """Line 4: one breach minute's penalty, split by co-located GPU-seconds, credited to the service."""
-        if b.pool != pool:
-            raise RatingInputError(f"{where}.pool", f"a breach of pool {b.pool!r} was given with pool {pool!r}")
-        penalty = v.penalty.get(b.service)
-        if penalty is None:
-            raise RatingInputError(f"{where}.service", f"service {b.service!r} has no SLA in policy version {v.number}")
-        shares: dict[str, Decimal] = {}
-        for tenant, gs in b.colocated:
-            if gs > 0:
-                shares[tenant] = shares.get(tenant, ZERO) + gs
-        total = sum(shares.values(), ZERO)
-        if not total:
-            self.unattributed.append(UnattributedBreach(service=b.service, pool=pool, minute_end=b.minute_end, penalty=penalty))
-            return
-        for tenant, gs in shares.items():
-            if tenant == UNALLOCATED:
-                account, klass = PLATFORM, UNALLOCATED  # the platform carries unallocated use, and so its penalties
-            else:
-                account, klass = tenant, v.klass.get(tenant, "")
-                if not klass:
-                    raise RatingInputError(f"{where}.colocated.{tenant}", f"tenant {tenant!r} is not in policy version {v.number}")
-            seg.add((account, LineKind.SLA_PENALTY, klass, b.service), (gs / total).quantize(EXACT), (penalty * gs / total).quantize(EXACT), hour)
-        ck = (pool, b.service, v.number)
-        c = self.credits.get(ck)
-        if c is None:
-            self.credits[ck] = Credit(hour, hour, b.service_tenant, 1)
-            return
-        if c.tenant != b.service_tenant:
-            raise RatingInputError(f"{where}.service_tenant", f"service {b.service!r} is credited to both {c.tenant!r} and {b.service_tenant!r}")
-        c.minutes += 1
-        c.cover(hour, hour)
 
     def _fees(self, pool: str, version: int, seg: _Segment) -> None:
         """Line 1 of a segment: f x C x share over its hours (C summed exactly), for the covers f x S x share."""

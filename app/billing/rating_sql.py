@@ -11,30 +11,33 @@ period is missing), computed by the reference's own `Rater` methods. Rating a pe
 3. one GROUP BY of the usage rows joined to their pool-hour's rates, per segment row: lines 3 and 6
    and the usage figures (`Rater.fold_usage`), exact (NUMERIC on PostgreSQL; on SQLite, Python integer
    aggregates registered on the connection);
-4. the GPUs on nodes no pool names, per hour; and the SLA breach minutes of priced hours, split by the
-   reference's own `Rater.breaches` (line 4).
+4. the GPUs on nodes no pool names, per hour; and over `sla_hour_rate` the breach minutes' penalty
+   splits, credits and unattributed minutes (line 4, `Rater.fold_breaches`).
 
 `Rater.finish` then rounds as for the reference. tests/billing/test_rating_sql.py proves the result
 equal to `rate_period` over the same rollups on both databases. Anything the reference would refuse
-(a pool-hour it cannot price, a bad usage row, one pool-hour in two clusters' rows) makes this rate the
+(a pool-hour it cannot price, a bad usage row or breach minute, one pool-hour in two clusters'
+rows, a service credited to two tenants) makes this rate the
 period again by the reference path, which raises its own error, named the same way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import BigInteger, and_, case, cast, distinct, func, literal_column, or_, select
+from sqlalchemy import BigInteger, and_, case, cast, func, literal_column, or_, select
 from sqlalchemy.engine import Connection
 from sqlmodel import Session
 
 from app.billing.hour_rates import store_missing
-from app.billing.loader import DocumentCache, breach_minutes, epoch_column, load_hours
-from app.billing.models import InferenceHourRate, PoolHourRate, RateKind
-from app.billing.rating import CLASSES, EXACT_DIGITS, Rater, rate_period, rating_context
+from app.billing.loader import DocumentCache, epoch_column, load_hours
+from app.billing.models import InferenceHourRate, PoolHourRate, RateKind, SlaHourRate, SlaKind
+from app.billing.rating import CLASSES, EXACT_DIGITS, HourBreaches, Rater, rate_period, rating_context
 from app.billing.rating_sums import UsageSums
-from app.billing.types import RatingResult
+from app.billing.types import RatingResult, UnattributedBreach
 from app.core.db import is_postgres
 from app.core.errors import Invalid
 from app.metrics.models import UsageRollup
@@ -68,16 +71,36 @@ def _rate(session: Session, start: datetime, end: datetime, docs: DocumentCache,
         rater.version(version, docs.get(version))  # one currency for the period
     # Clusters' rows of one (hour, pool) are one pool-hour to the reference: only `unpooled` may have several,
     # under one version (the loader refuses two), and none without GPUs beside some with.
-    several = (select(r.hour).where(*period).group_by(r.hour, r.pool).having(func.count() > 1).having(or_(
-        func.count(distinct(r.policy_version_id)) > 1, func.count(distinct(r.kind)) > 1, func.max(r.kind) == RateKind.PRICED)))
+    a, b = PoolHourRate.__table__.alias("a"), PoolHourRate.__table__.alias("b")
+    several = (select(a.c.hour).select_from(a.join(b, and_(b.c.hour == a.c.hour, b.c.pool == a.c.pool, b.c.cluster > a.c.cluster)))
+               .where(a.c.hour >= start, a.c.hour < end, or_(a.c.kind != b.c.kind, a.c.policy_version_id != b.c.policy_version_id,
+                                                             a.c.kind == RateKind.PRICED)))
     if conn.execute(several.limit(1)).first() is not None:
         raise _Refused
-    _hours(conn, x, session, period, rater)
-    _overage(conn, x, session, start, end, rater)
-    _unpooled(conn, session, period, rater)
-    _usage(conn, x, session, start, end, rater)
-    _breaches(conn, session, start, end, period, rater)
+    with _settings(conn, x.pg):
+        _hours(conn, x, session, period, rater)
+        _overage(conn, x, session, start, end, rater)
+        _unpooled(conn, session, period, rater)
+        _usage(conn, x, session, start, end, rater)
+        _breaches(conn, x, session, start, end, rater)
     return rater.finish()
+
+
+@contextmanager
+def _settings(conn: Connection, pg: bool) -> Iterator[None]:
+    """PostgreSQL settings for the sums, put back afterwards: no JIT (compiling the usage sum's expressions
+    costs more than it saves, every run), sorts of a month's usage rows in memory (at the default 4 MB they
+    spill to disk), and the parallel sorted aggregate the GROUP BY uses (a hash aggregate, chosen once the
+    sort fits, runs serially and takes twice as long)."""
+    values = {"jit": "off", "work_mem": "64MB", "enable_hashagg": "off"} if pg else {}
+    before = {name: conn.exec_driver_sql(f"SHOW {name}").scalar() for name in values}
+    for name, value in values.items():
+        conn.execute(select(func.set_config(name, value, True)))
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            conn.execute(select(func.set_config(name, value, True)))
 
 
 def _hours(conn: Connection, x: _Exact, session: Session, period, rater: Rater) -> None:
@@ -127,29 +150,41 @@ def _usage(conn: Connection, x: _Exact, session: Session, start: datetime, end: 
     gs = x.gs(u.gpu_seconds)
     q = (select(r.pool, r.policy_version_id, u.tenant, u.klass, u.dark,
                 x.sum(gs), x.sum(x.mul(gs, case((u.dark, r.dark_rate), else_=r.rate))), x.sum(x.nano(u)),
-                func.sum(u.activity_samples), epoch_column(session, func.min(r.hour)), epoch_column(session, func.max(r.hour)),
-                func.min(u.gpu_seconds))
+                func.sum(u.activity_samples), epoch_column(session, func.min(r.hour)), epoch_column(session, func.max(r.hour)))
          .select_from(joined)
          .where(u.hour >= start, u.hour < end, r.kind.in_((RateKind.PRICED, RateKind.UNPOOLED)))
          .group_by(r.pool, r.policy_version_id, u.tenant, u.klass, u.dark))
-    for pool, version, tenant, klass, dark, gpu_seconds, amount, activity, samples, first, last, least in conn.execute(q):
-        if klass not in CLASSES or least < 0:
+    for pool, version, tenant, klass, dark, gpu_seconds, amount, activity, samples, first, last in conn.execute(q):
+        if klass not in CLASSES:  # checked when the hour was stored (`Rater.hour_use`, `check_unpooled`): never here
             raise _Refused
         sums = UsageSums(int(first), int(last), x.micro(gpu_seconds), x.micro(amount or 0), int(activity), int(samples))
         rater.fold_usage(pool, version, tenant, klass, bool(dark), sums)
 
 
-def _breaches(conn: Connection, session: Session, start: datetime, end: datetime, period, rater: Rater) -> None:
-    """Line 4: the breach minutes of priced pool-hours, each split as the reference splits it."""
-    minutes = breach_minutes(session, start, end)
-    if not minutes:
-        return
-    r = PoolHourRate
-    q = select(epoch_column(session, r.hour), r.pool, r.policy_version_id).where(*period, r.kind == RateKind.PRICED)
-    for hour, pool, version in conn.execute(q):
-        found = minutes.get((hour, pool))
-        if found:
-            rater.breaches(rater.versions[version], rater.segments[(pool, version)], hour, pool, found)
+def _breaches(conn: Connection, x: _Exact, session: Session, start: datetime, end: datetime, rater: Rater) -> None:
+    """Line 4 and the credits: the stored breach minutes of priced pool-hours, per segment (and each minute
+    nobody was co-located in)."""
+    b = SlaHourRate
+    at = epoch_column(session, b.hour)
+    q = (select(b.kind, b.pool, b.policy_version_id, b.service, b.account, b.klass, b.minute_end,
+                x.sum(b.quantity), x.sum(b.amount), func.min(at), func.max(at))
+         .where(b.hour >= start, b.hour < end)
+         .group_by(b.kind, b.pool, b.policy_version_id, b.service, b.account, b.klass, b.minute_end))
+    for kind, pool, version, service, account, klass, minute_end, quantity, amount, first, last in conn.execute(q):
+        v, seg = rater.versions[version], rater.segments[(pool, version)]
+        if kind == SlaKind.PENALTY:
+            hb = HourBreaches(penalties=((account, klass, service, _e20(quantity), _e20(amount)),), credits=(), unattributed=())
+        elif kind == SlaKind.CREDIT:
+            hb = HourBreaches(penalties=(), credits=((service, account, int(quantity)),), unattributed=())
+        else:
+            hb = HourBreaches(penalties=(), credits=(), unattributed=(
+                UnattributedBreach(service=service, pool=pool, minute_end=int(minute_end), penalty=_e20(amount)),))
+        rater.fold_breaches(v, seg, int(first), pool, hb, int(last))
+
+
+def _e20(n) -> Decimal:
+    """A stored integer in 1e-20 as the exact Decimal."""
+    return Decimal(int(n)).scaleb(-EXACT_DIGITS)
 
 
 class _Exact:

@@ -1,8 +1,8 @@
-"""pool_hour_rate and inference_hour_rate: each pool-hour's rate and per-hour amounts, stored once (issue 15)
+"""pool_hour_rate, inference_hour_rate, sla_hour_rate: each pool-hour's rate and per-hour amounts, stored once (issue 15)
 
 The month's rating sums these instead of pricing every pool-hour again (app/billing/rating_sql.py).
 Triggers delete a pool-hour's stored rows whenever one of its rollup rows (pool_hour, pool_hour_model,
-usage_rollup) is inserted, updated or deleted, whoever writes them, so a stored rate is never older
+usage_rollup, breach_minute, breach_share) is inserted, updated or deleted, whoever writes them, so a stored rate is never older
 than its inputs; the next rating (or the worker's hour_rates task) stores it again. PostgreSQL: one
 statement-level trigger per table and event over its transition table; SQLite: row triggers.
 
@@ -20,8 +20,10 @@ branch_labels = None
 depends_on = None
 
 EXACT = sa.Numeric().with_variant(sa.Text(), 'sqlite')
-INPUTS = ('pool_hour', 'pool_hour_model', 'usage_rollup')
-STORED = ('pool_hour_rate', 'inference_hour_rate')
+INPUTS = ('pool_hour', 'pool_hour_model', 'usage_rollup', 'breach_minute')
+STORED = ('pool_hour_rate', 'inference_hour_rate', 'sla_hour_rate')
+SHARES = 'breach_share'  # keyed by breach_id: its pool-hour is its breach minute's
+EVENTS = (('INSERT', 'NEW'), ('DELETE', 'OLD'), ('UPDATE', 'OLD'), ('UPDATE', 'NEW'))
 
 
 def upgrade() -> None:
@@ -51,33 +53,57 @@ def upgrade() -> None:
         sa.Column('amount', EXACT, nullable=False),
         sa.PrimaryKeyConstraint('hour', 'cluster', 'pool', 'tenant', name=op.f('pk_inference_hour_rate')),
     )
+    op.create_table(
+        'sla_hour_rate',
+        sa.Column('hour', sa.DateTime(timezone=True), nullable=False),
+        sa.Column('cluster', sa.String(), nullable=False),
+        sa.Column('pool', sa.String(), nullable=False),
+        sa.Column('kind', sa.String(), nullable=False),
+        sa.Column('service', sa.String(), nullable=False),
+        sa.Column('account', sa.String(), nullable=False),
+        sa.Column('klass', sa.String(), nullable=False),
+        sa.Column('minute_end', sa.BigInteger(), nullable=False),
+        sa.Column('policy_version_id', sa.Integer(), nullable=False),
+        sa.Column('quantity', EXACT, nullable=False),
+        sa.Column('amount', EXACT, nullable=False),
+        sa.PrimaryKeyConstraint('hour', 'cluster', 'pool', 'kind', 'service', 'account', 'klass', 'minute_end',
+                                name=op.f('pk_sla_hour_rate')),
+    )
     if op.get_bind().dialect.name == 'postgresql':
-        op.execute(
-            "CREATE FUNCTION pool_hour_rate_stale() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-            + " ".join(f"DELETE FROM {t} s USING (SELECT DISTINCT hour, cluster, pool FROM changed) c"
-                       f" WHERE s.hour = c.hour AND s.cluster = c.cluster AND s.pool = c.pool;" for t in STORED)
-            + " RETURN NULL; END $$"
-        )
-        for table in INPUTS:
-            for event, transition in (('INSERT', 'NEW'), ('DELETE', 'OLD'), ('UPDATE', 'OLD'), ('UPDATE', 'NEW')):
+        for name, keys in (('pool_hour_rate_stale', "SELECT DISTINCT hour, cluster, pool FROM changed"),
+                           ('pool_hour_rate_stale_shares', "SELECT DISTINCT m.hour, m.cluster, m.pool FROM changed"
+                                                           " JOIN breach_minute m ON m.id = changed.breach_id")):
+            op.execute(
+                f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                + " ".join(f"DELETE FROM {t} s USING ({keys}) c"
+                           f" WHERE s.hour = c.hour AND s.cluster = c.cluster AND s.pool = c.pool;" for t in STORED)
+                + " RETURN NULL; END $$"
+            )
+        for table in (*INPUTS, SHARES):
+            function = 'pool_hour_rate_stale_shares' if table == SHARES else 'pool_hour_rate_stale'
+            for event, transition in EVENTS:
                 op.execute(f"CREATE TRIGGER {table}_rate_stale_{event.lower()}_{transition.lower()} AFTER {event} ON {table}"
-                           f" REFERENCING {transition} TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION pool_hour_rate_stale()")
+                           f" REFERENCING {transition} TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION {function}()")
         return
-    for table in INPUTS:
-        for event, row in (('INSERT', 'NEW'), ('DELETE', 'OLD'), ('UPDATE', 'OLD'), ('UPDATE', 'NEW')):
-            deletes = " ".join(f"DELETE FROM {t} WHERE hour = {row}.hour AND cluster = {row}.cluster AND pool = {row}.pool;"
-                               for t in STORED)
+    for table in (*INPUTS, SHARES):
+        for event, row in EVENTS:
+            if table == SHARES:
+                where = f"(hour, cluster, pool) IN (SELECT hour, cluster, pool FROM breach_minute WHERE id = {row}.breach_id)"
+            else:
+                where = f"hour = {row}.hour AND cluster = {row}.cluster AND pool = {row}.pool"
+            deletes = " ".join(f"DELETE FROM {t} WHERE {where};" for t in STORED)
             op.execute(f"CREATE TRIGGER {table}_rate_stale_{event.lower()}_{row.lower()} AFTER {event} ON {table}"
                        f" FOR EACH ROW BEGIN {deletes} END")
 
 
 def downgrade() -> None:
     pg = op.get_bind().dialect.name == 'postgresql'
-    for table in INPUTS:
-        for event, row in (('INSERT', 'NEW'), ('DELETE', 'OLD'), ('UPDATE', 'OLD'), ('UPDATE', 'NEW')):
+    for table in (*INPUTS, SHARES):
+        for event, row in EVENTS:
             name = f"{table}_rate_stale_{event.lower()}_{row.lower()}"
             op.execute(f"DROP TRIGGER {name} ON {table}" if pg else f"DROP TRIGGER {name}")
     if pg:
         op.execute("DROP FUNCTION pool_hour_rate_stale()")
-    op.drop_table('inference_hour_rate')
-    op.drop_table('pool_hour_rate')
+        op.execute("DROP FUNCTION pool_hour_rate_stale_shares()")
+    for table in reversed(STORED):
+        op.drop_table(table)

@@ -15,11 +15,11 @@ from sqlmodel import Session
 from app.billing import rating_sql
 from app.billing.hour_rates import ADVISORY_LOCK, Stored, hour_rates_task, missing, store_missing
 from app.billing.loader import load_hours
-from app.billing.models import InferenceHourRate, PoolHourRate
+from app.billing.models import InferenceHourRate, PoolHourRate, SlaHourRate
 from app.billing.pricing import MissingPrice
 from app.billing.rating import rate_period
 from app.billing.rating_sql import rate_stored
-from app.metrics.models import PoolHourModel, PoolHourRollup, UsageRollup
+from app.metrics.models import BreachMinuteRollup, BreachShare, PoolHourModel, PoolHourRollup, UsageRollup
 from tests.billing.conftest import OCT1
 from tests.support.billing import POOL, add_hour, store_policy
 
@@ -73,6 +73,11 @@ CHANGES = {
                                                                             UsageRollup.tenant == "search")),
     "the pool's GPUs changed": lambda s, v: s.execute(update(PoolHourRollup).where(PoolHourRollup.hour == HOURS[1])
                                                       .values(gpus=3, capacity_gpu_seconds=Decimal(3 * 3600))),
+    "a breach minute added": lambda s, v: s.add(BreachMinuteRollup(hour=HOURS[1], service="search-chat", service_tenant="search",
+                                                                  pool=POOL, minute_end=HOURS[1] + timedelta(minutes=30),
+                                                                  p99_ms=Decimal(500))),
+    "a breach share changed": lambda s, v: s.execute(update(BreachShare).where(BreachShare.breach_id.in_(
+        select(BreachMinuteRollup.id).where(BreachMinuteRollup.hour == HOURS[1]))).values(tenant="etl")),
     "the model's energy changed": lambda s, v: s.execute(update(PoolHourModel).where(PoolHourModel.hour == HOURS[1])
                                                          .values(measured_gpus=2, measured_kwh=Decimal("1.25"))),
 }
@@ -86,8 +91,8 @@ def test_a_rollup_write_deletes_its_stored_rate_and_the_next_rating_rates_the_ne
     session.flush()
     # the database removed that pool-hour's stored figures, and only those
     assert _stored(session, HOURS[1]) == 0 and _stored(session) == 2
-    assert session.execute(select(func.count()).select_from(InferenceHourRate)
-                           .where(InferenceHourRate.hour == HOURS[1])).scalar_one() == 0
+    for table in (InferenceHourRate, SlaHourRate):
+        assert session.execute(select(func.count()).select_from(table).where(table.hour == HOURS[1])).scalar_one() == 0
     after = _sql_only(session, monkeypatch)
     assert after == _reference(session)
     assert after != before
