@@ -90,9 +90,7 @@ def fresh_db_url(tmp_path, request) -> Iterator[str]:
     yield migrated(new_sqlite_database(tmp_path))
 
 
-@pytest.fixture
-def pg_engine() -> Iterator[Engine]:
-    """A migrated PostgreSQL database of its own per test: for row locks and concurrency SQLite does not have."""
+def _own_postgres() -> Iterator[Engine]:
     url = migrated(new_postgres_database())
     engine = make_engine(url)
     try:
@@ -100,6 +98,12 @@ def pg_engine() -> Iterator[Engine]:
     finally:
         engine.dispose()
         drop_postgres_database(url)
+
+
+@pytest.fixture
+def pg_engine() -> Iterator[Engine]:
+    """A migrated PostgreSQL database of its own per test: for row locks and concurrency SQLite does not have."""
+    yield from _own_postgres()
 
 
 @pytest.fixture(params=BACKENDS)
@@ -111,10 +115,4 @@ def fresh_engine(request, tmp_path) -> Iterator[Engine]:
         yield eng
         eng.dispose()
         return
-    url = migrated(new_postgres_database())
-    eng = make_engine(url)
-    try:
-        yield eng
-    finally:
-        eng.dispose()
-        drop_postgres_database(url)
+    yield from _own_postgres()
