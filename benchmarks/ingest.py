@@ -11,6 +11,12 @@ and the install-independent label handling on; --intervals adds fleets scraped e
       get_metric_range_data + pandas MetricRangeDataFrame, per-minute sample counts with groupby), and
       over its DCGM part alone — at the first size of each interval;
   (c) peak RSS of the ingesting process at each size.
+With --workers N (PostgreSQL: CHARGEBACK_TEST_PG_URL), the first fleet is also ingested by one
+`chargeback worker --once` process and then by N started together (each into a fresh database,
+benchmarks/fleet_e2e.py's runner): wall time of N against one, every hour `ok` exactly once, the same
+GPU-seconds as one worker and as the ingestion above.
+
+    .venv/bin/python benchmarks/ingest.py --gpus 256 --hours 24 --workers 3 --skip-naive
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,6 +173,22 @@ def child_naive(args) -> dict:
             "dcgm_samples": sum(counted[m] for m in NAIVE_DCGM), "pandas": pd.__version__}
 
 
+def workers_against_one(server, gpus: int, args) -> tuple[dict, dict]:
+    """The fleet ingested by one worker process, then by `args.workers` at once, each into a fresh PostgreSQL database."""
+    from benchmarks.fleet_e2e import fresh_database, run_workers
+    from tests.support.databases import drop_postgres_database
+
+    out = []
+    for n in (1, args.workers):
+        url = fresh_database(gpus)
+        try:
+            print(f"{gpus} GPUs: {n} `chargeback worker` process(es) over {args.hours} h", flush=True)
+            out.append(run_workers(n, url=url, server=server, hours=args.hours, log_dir=args.data_dir))
+        finally:
+            drop_postgres_database(url)
+    return out[0], out[1]
+
+
 def run_child(kind: str, url: str, args, gpus: int, interval_s: int = 30) -> dict:
     cmd = [sys.executable, __file__, "--child", kind, "--url", url, "--gpus", str(gpus), "--hours", str(args.hours),
            "--work", str(args.data_dir), "--repeat", str(args.repeat), "--intervals", str(interval_s)]
@@ -186,6 +209,7 @@ def main() -> None:
     parser.add_argument("--database-url", default=None, help="default: a fresh SQLite file in --data-dir")
     parser.add_argument("--repeat", type=int, default=3, help="timed passes of each (min and median are reported)")
     parser.add_argument("--skip-naive", action="store_true")
+    parser.add_argument("--workers", type=int, default=0, help="also ingest the first fleet with 1 and with N worker processes")
     parser.add_argument("--child", choices=["ingest", "naive"])
     parser.add_argument("--url")
     parser.add_argument("--work")
@@ -213,6 +237,8 @@ def main() -> None:
                 print(f"{gpus} GPUs every {interval_s} s: naive pull (get_metric_range_data + pandas)", flush=True)
                 naive = run_child("naive", server.url, args, gpus, interval_s)
             results[(gpus, interval_s)] = (ingest, naive)
+            if i == 0 and args.workers:
+                scaled = workers_against_one(server, gpus, args)
         finally:
             server.stop()
 
@@ -235,6 +261,17 @@ def main() -> None:
         totals = {s: results[(gpus, s)][0]["gpu_seconds"] for s in args.intervals}
         print(f"GPU-seconds ingested at {gpus} GPUs by scrape interval: {totals}"
               + ("" if len(set(totals.values())) == 1 else "  <-- MISMATCH"))
+    if args.workers:
+        one, many = scaled
+        first = results[(args.gpus[0], args.intervals[0])][0]
+        print(f"workers at {args.gpus[0]} GPUs, {args.hours} h: 1 worker {one['wall_s']:.1f} s, {args.workers} workers "
+              f"{many['wall_s']:.1f} s -> {one['wall_s'] / many['wall_s']:.2f}x; hours per worker "
+              f"{[w['ingested'] for w in many['per_worker']]}; every hour once: {one['exactly_once']} / {many['exactly_once']}; "
+              f"Prometheus CPU {one['prom_cpu_s']:.1f} s / {many['prom_cpu_s']:.1f} s; worker CPU "
+              f"{sum(w['cpu_s'] for w in one['per_worker']):.1f} s / {sum(w['cpu_s'] for w in many['per_worker']):.1f} s")
+        same = {Decimal(one["gpu_seconds"]), Decimal(many["gpu_seconds"]), Decimal(first["gpu_seconds"])}
+        print(f"GPU-seconds: 1 worker {one['gpu_seconds']}, {args.workers} workers {many['gpu_seconds']}, ingestion above "
+              f"{first['gpu_seconds']}" + ("" if len(same) == 1 else "  <-- MISMATCH"))
     print("goals: (a) <= 1.3, (b) >= 10x, (c) < 1024 MiB and flat across sizes")
     print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(json.dumps({f"{g}@{s}s": {"ingest": i, "naive": n} for (g, s), (i, n) in results.items()}))

@@ -16,8 +16,10 @@ order, and a line total is within 1e-20 of the exact SPEC value. The conservatio
 ~1e-18 before rounding, and the ROUNDING line absorbs the rest to the cent.
 
 Because every per-row and per-hour amount is an exact sum of products, the same sums can be taken
-by a database: `rating_sql` does so for stored periods, sharing `Rater.price`, `hour_lines` and
-`finish` with this reference path, and is tested equal to it (tests/billing/test_rating_sql.py).
+by a database: `hour_rates` stores each pool-hour's `price`, `hour_amounts` and `hour_breaches` once,
+and `rating_sql` sums them for stored periods and folds the sums with `fold_hours`,
+`fold_hour_amounts`, `fold_overage`, `fold_usage`, `fold_breaches` and `finish`, shared with this
+reference path, and is tested equal to it (tests/billing/test_rating_sql.py).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from sqlmodel import Session, select
 
 from app.billing import periods
 from app.billing.budget_alerts import budget_task
+from app.billing.hour_rates import hour_rates_task
 from app.billing.issuing import issue_task
 from app.billing.models import BillingPeriod, IssuedDocument
 from app.cli import WORKER_TASKS
@@ -129,7 +130,7 @@ def test_mail_waits_for_the_issuing_step_and_then_attaches_what_it_stored(fresh_
         mail_task(fresh_engine, NOW, settings=settings)  # finalized, documents pending: no event yet, no mail
         assert server.received() == [] and sends(fresh_engine) == {} and issued(fresh_engine) == {}
         # The worker's order: the issuing step before mail, so one round issues and mails.
-        assert WORKER_TASKS == [budget_task, issue_task, mail_task, webhook_task]
+        assert WORKER_TASKS == [hour_rates_task, budget_task, issue_task, mail_task, webhook_task]
         run_tasks([issue_task, lambda engine, now: mail_task(engine, now, settings=settings)], engine=fresh_engine,
                   now=NOW)
         docs = issued(fresh_engine)
