@@ -89,10 +89,13 @@ def _rate(session: Session, start: datetime, end: datetime, docs: DocumentCache,
 @contextmanager
 def _settings(conn: Connection, pg: bool) -> Iterator[None]:
     """PostgreSQL settings for the sums, put back afterwards: no JIT (compiling the usage sum's expressions
-    costs more than it saves, every run), sorts of a month's usage rows in memory (at the default 4 MB they
-    spill to disk), and the parallel sorted aggregate the GROUP BY uses (a hash aggregate, chosen once the
-    sort fits, runs serially and takes twice as long)."""
-    values = {"jit": "off", "work_mem": "64MB", "enable_hashagg": "off"} if pg else {}
+    costs more than it saves, every run); hash joins (with the stored rates' statistics not yet gathered
+    the planner probes the usage index once per pool-hour, serially); and hash aggregates, which then run
+    in each parallel worker. The planner estimates the month's groups as the product of its columns'
+    distinct counts (120,000 for 1,000 real ones) and so sorts 744,000 rows (1.5-1.8 s, spilling to disk at
+    the default 4 MB) or, given the memory, hashes them in one process (1.4-1.9 s); partial hash aggregates
+    in the parallel workers took 0.63 s (EXPLAIN ANALYZE, benchmarks/RESULTS.md)."""
+    values = {"jit": "off", "enable_nestloop": "off", "enable_sort": "off", "work_mem": "16MB"} if pg else {}
     before = {name: conn.exec_driver_sql(f"SHOW {name}").scalar() for name in values}
     for name, value in values.items():
         conn.execute(select(func.set_config(name, value, True)))
