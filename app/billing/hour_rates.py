@@ -151,20 +151,20 @@ def _rated(rater: Rater, h, cluster: str) -> tuple[dict, list[dict], list[dict]]
     a = rater.hour_amounts(p, *rater.hour_use(p))
     b = rater.hour_breaches(p.version, h.hour, h.pool, h.breaches)
     rate = p.rate_int
-    row.update(kind=RateKind.PRICED.value, cost=_e20(p.cost), rate=rate, dark_rate=p.dark_int,
+    row.update(kind=RateKind.PRICED.value, cost=_to_exact(p.cost), rate=rate, dark_rate=p.dark_int,
                idle=a.idle, idle_amount=a.idle * rate, dark=a.dark, dark_amount=a.dark * rate,
                unused=a.unused, unused_amount=a.unused * rate)
     over = [{**key, "tenant": tenant, "over": o, "amount": o * rate} for tenant, o in a.overage]
     sla = [{**key, "kind": SlaKind.PENALTY.value, "service": service, "account": account, "klass": klass, "minute_end": 0,
-            "quantity": _e20(q), "amount": _e20(amount)} for account, klass, service, q, amount in b.penalties]
+            "quantity": _to_exact(q), "amount": _to_exact(amount)} for account, klass, service, q, amount in b.penalties]
     sla += [{**key, "kind": SlaKind.CREDIT.value, "service": service, "account": tenant, "klass": "", "minute_end": 0,
              "quantity": minutes, "amount": 0} for service, tenant, minutes in b.credits]
     sla += [{**key, "kind": SlaKind.UNATTRIBUTED.value, "service": u.service, "account": "", "klass": "",
-             "minute_end": u.minute_end, "quantity": 0, "amount": _e20(u.penalty)} for u in b.unattributed]
+             "minute_end": u.minute_end, "quantity": 0, "amount": _to_exact(u.penalty)} for u in b.unattributed]
     return row, over, sla
 
 
-def _e20(d: Decimal) -> int:
+def _to_exact(d: Decimal) -> int:
     """An amount exact at 1e-20 as an integer in 1e-20 (refuses one finer: it would not be stored exactly)."""
     scaled = d.scaleb(EXACT_DIGITS)
     if scaled != scaled.to_integral_value():

@@ -71,8 +71,8 @@ def _seconds(micro: int) -> Decimal:
     return Decimal(micro).scaleb(-6, _EXACT)
 
 
-def _cover_seconds(scaled: int) -> Decimal:
-    """GPU-seconds in 1e-20 (use above or below a cover) as an exact Decimal."""
+def from_exact(scaled: int) -> Decimal:
+    """An integer in 1e-20 (GPU-seconds above or below a cover, C, an SLA share or penalty) as an exact Decimal."""
     return Decimal(scaled).scaleb(-EXACT_DIGITS, _EXACT)
 
 
@@ -421,7 +421,6 @@ class Rater:
         seg = self._segment(pool, v.number)
         seg.cost += cost
         seg.capacities[capacity] = seg.capacities.get(capacity, 0) + hours
-        self.covers(v, pool, capacity)
         if seg.first < 0 or first < seg.first:
             seg.first = first
         if last > seg.last:
@@ -439,7 +438,7 @@ class Rater:
             seg.add_exact((PLATFORM, LineKind.DARK_DISCOUNT, "", ""), _seconds(dark[0]), dark[1] * discount, ROW_DIGITS + digits,
                           dark[2], dark[3])
         if unused:
-            seg.add_exact((PLATFORM, LineKind.RESERVED_UNUSED, "", ""), _cover_seconds(unused[0]), -unused[1], COVER_DIGITS,
+            seg.add_exact((PLATFORM, LineKind.RESERVED_UNUSED, "", ""), from_exact(unused[0]), -unused[1], COVER_DIGITS,
                           unused[2], unused[3])
 
     def breaches(self, v: _Version, seg: _Segment, hour: int, pool: str, breaches: Iterable) -> None:
@@ -576,7 +575,7 @@ class Rater:
         """Line 2 summed elsewhere over a segment's hours: what `overage` folds hour by hour (use above the
         cover in 1e-20, and its amount: that x the hours' integer rates)."""
         self.segments[(pool, version)].add_exact(
-            (tenant, LineKind.INFERENCE_OVERAGE, INFERENCE, ""), _cover_seconds(over), amount, COVER_DIGITS, first, last)
+            (tenant, LineKind.INFERENCE_OVERAGE, INFERENCE, ""), from_exact(over), amount, COVER_DIGITS, first, last)
 
     def _unpooled_hour(self, h: RatingHour) -> None:
         self.fold_unpooled_hour(h.gpus, h.capacity_gpu_seconds)
@@ -628,9 +627,9 @@ class Rater:
         total = sum((w for _, w in v.weights[pool]), ZERO)
         owed = fraction * seg.cost
         for tenant, weight in v.weights[pool]:
-            covered = sum(n * self.covers_of[(version, pool, capacity)][tenant] for capacity, n in seg.capacities.items())
+            covered = sum(n * self.covers(v, pool, capacity)[tenant] for capacity, n in seg.capacities.items())
             seg.lines[(tenant, LineKind.RESERVED_FEE, INFERENCE, "")] = LineSums(
-                seg.first, seg.last, _cover_seconds(covered), (owed * weight / total).quantize(EXACT))
+                seg.first, seg.last, from_exact(covered), (owed * weight / total).quantize(EXACT))
 
     def finish(self, *, exact: bool = False) -> RatingResult:
         """Round each line once, add the credits and rounding lines, and sort deterministically."""

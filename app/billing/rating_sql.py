@@ -35,7 +35,7 @@ from sqlmodel import Session
 from app.billing.hour_rates import store_missing
 from app.billing.loader import DocumentCache, epoch_column, load_hours
 from app.billing.models import InferenceHourRate, PoolHourRate, RateKind, SlaHourRate, SlaKind
-from app.billing.rating import CLASSES, EXACT_DIGITS, HourBreaches, Rater, rate_period, rating_context
+from app.billing.rating import CLASSES, HourBreaches, Rater, from_exact, rate_period, rating_context
 from app.billing.rating_sums import UsageSums
 from app.billing.types import RatingResult, UnattributedBreach
 from app.core.db import is_postgres
@@ -121,7 +121,7 @@ def _hours(conn: Connection, x: _Exact, session: Session, period, rater: Rater) 
          .where(*period, r.kind == RateKind.PRICED).group_by(r.pool, r.policy_version_id, r.capacity_gpu_seconds))
     for pool, version, capacity, hours, cost, first, last, *parts in conn.execute(q):
         v = rater.versions[version]
-        rater.fold_hours(pool, v, capacity, hours, Decimal(int(cost)).scaleb(-EXACT_DIGITS), int(first), int(last))
+        rater.fold_hours(pool, v, capacity, hours, from_exact(int(cost)), int(first), int(last))
         idle, dark, unused = ((int(a), int(b), int(f), int(la)) if f is not None else None
                               for a, b, f, la in (parts[0:4], parts[4:8], parts[8:12]))
         rater.fold_hour_amounts(pool, version, idle=idle, dark=dark, unused=unused)
@@ -176,18 +176,13 @@ def _breaches(conn: Connection, x: _Exact, session: Session, start: datetime, en
     for kind, pool, version, service, account, klass, minute_end, quantity, amount, first, last in conn.execute(q):
         v, seg = rater.versions[version], rater.segments[(pool, version)]
         if kind == SlaKind.PENALTY:
-            hb = HourBreaches(penalties=((account, klass, service, _e20(quantity), _e20(amount)),), credits=(), unattributed=())
+            hb = HourBreaches(penalties=((account, klass, service, from_exact(int(quantity)), from_exact(int(amount))),), credits=(), unattributed=())
         elif kind == SlaKind.CREDIT:
             hb = HourBreaches(penalties=(), credits=((service, account, int(quantity)),), unattributed=())
         else:
             hb = HourBreaches(penalties=(), credits=(), unattributed=(
-                UnattributedBreach(service=service, pool=pool, minute_end=int(minute_end), penalty=_e20(amount)),))
+                UnattributedBreach(service=service, pool=pool, minute_end=int(minute_end), penalty=from_exact(int(amount))),))
         rater.fold_breaches(v, seg, int(first), pool, hb, int(last))
-
-
-def _e20(n) -> Decimal:
-    """A stored integer in 1e-20 as the exact Decimal."""
-    return Decimal(int(n)).scaleb(-EXACT_DIGITS)
 
 
 class _Exact:

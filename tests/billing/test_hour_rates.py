@@ -159,7 +159,7 @@ def test_a_reingestion_during_a_fill_waits_for_it_and_removes_what_it_stored(pg_
         while not watch.execute(text("SELECT count(*) FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))"),
                                 {"pid": pid}).scalar():
             assert not done.is_set(), "the re-ingestion did not wait for the fill"
-            time.sleep(0.01)
+            time.sleep(0.01)  # state-free: the loop above polls pg_stat_activity for the blocked re-ingestion
     filler.commit()
     filler.close()
     worker.join()
