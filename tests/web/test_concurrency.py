@@ -98,9 +98,12 @@ def test_parallel_guesses_check_at_most_the_lockout_number(served):
     portal, engine, _ = served
     forms = []
     # More guesses than the server has worker threads (40): waiting writers must not starve the lock holder.
+    # Each form is fetched on a connection the server closes at once, so every guess opens a fresh one: an idle
+    # kept-alive connection would be closed by uvicorn after its keep-alive timeout (5 s) while the 80 forms load
+    # under a busy machine, and a guess sent as it closes is lost ("Server disconnected without sending a response").
     for _ in range(GUESSES):
         client = httpx.Client(base_url=portal.base, timeout=120)
-        forms.append((client, page_csrf(client.get("/login").text)))
+        forms.append((client, page_csrf(client.get("/login", headers={"Connection": "close"}).text)))
 
     def guess(form) -> int:
         client, csrf = form
