@@ -18,7 +18,8 @@ rating and closing only), then times, in the same run:
   issue     the worker's issuing step (`issuing.issue_period`): every document rendered from the stored
             lines (CSV, FOCUS, period PDF, each tenant's invoice PDF, report PDF), stored, hashes set,
             `period.finalized` emitted, committed
-and prints each relative to the baseline, plus the CPU of one invoice PDF from the full fonts and
+and prints each relative to the baseline and each step's own peak RSS (the high-water mark reset before it), plus the
+CPU of one invoice PDF from the full fonts and
 from the issuing run's cut-down fonts (same bytes, checked), and peak RSS.
 """
 
@@ -213,14 +214,30 @@ def generate(url: str, args) -> None:
 
 
 CPU: dict[str, float] = {}
+# MiB: each step's RSS as it starts and its own peak (the kernel's high-water mark reset to the RSS before it;
+# memory a previous step freed stays in the process and can hide some of a later step's growth)
+PEAK: dict[str, tuple[float, float]] = {}
+
+
+def _status_mib(field: str) -> float:
+    line = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith(f"{field}:"))
+    return int(line.split()[1]) / 1024
 
 
 def _timed(fn, label: str | None = None):
+    if label:
+        Path("/proc/self/clear_refs").write_text("5")  # Linux: VmHWM := VmRSS
+        before = _status_mib("VmRSS")
     t0, c0 = time.perf_counter(), time.process_time()
     result = fn()
     if label:
         CPU[label] = time.process_time() - c0
+        PEAK[label] = (before, _status_mib("VmHWM"))
     return time.perf_counter() - t0, result
+
+
+def _peaks(*labels: str) -> str:
+    return ", ".join(f"{label} {PEAK[label][0]:,.0f} -> {PEAK[label][1]:,.0f}" for label in labels)
 
 
 def main() -> None:
@@ -332,6 +349,8 @@ def run(url: str, args) -> None:
     print(f"  reference path alone : {t_ref:7.2f} s wall  {t_ref / t_base:5.1f}x   python CPU {CPU['reference']:6.2f} s   peak RSS so far {rss_ref:,.0f} MiB"
           f"   (rate_period over load_hours)")
     print(f"  reference / SQL path : {t_ref / t_sql:5.1f}x wall; results equal (lines, usage, pool costs, unattributed, unpooled): {equal}", flush=True)
+    print(f"RSS at each step's start -> its peak (MiB; {len(by_sql.lines):,} charge lines): "
+          + _peaks("store", "rate", "sql", "reference"), flush=True)
     if not equal:
         raise SystemExit("the SQL path and the reference differ")
     if args.no_close:
@@ -392,7 +411,8 @@ def run(url: str, args) -> None:
           f"{CPU['issue'] / done.documents * 1000:.1f} ms python CPU")
     print(f"invoice PDF CPU, {args.pdf_sample} tenants: full fonts {per_full * 1000:.1f} ms each, cut-down fonts "
           f"{per_shared * 1000:.1f} ms each ({per_full / per_shared:.1f}x less; same bytes); the cut itself {cut:.2f} s once")
-    print(f"peak RSS (rate + close + issue process): {peak_mib:,.0f} MiB")
+    print(f"peak RSS (rate + close + issue process): {peak_mib:,.0f} MiB; at each step's start -> its peak: "
+          + _peaks("load", "close", "issue"))
 
 
 if __name__ == "__main__":
