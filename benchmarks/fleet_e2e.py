@@ -314,7 +314,7 @@ def summary(info: dict, runs: dict, sizes: dict, args) -> None:
         did = ", ".join(f"{w['ingested']}/{w['skipped']}" for w in r["per_worker"])
         rss = ", ".join(f"{w['rss_mib']:.0f}" for w in r["per_worker"])
         print(f"{n} worker(s): wall {r['wall_s']:.1f} s = {r['wall_s'] / hours:.1f} s per hour of fleet "
-              f"(a day: {r['wall_s'] / hours * 24 / 60:.1f} min, extrapolated); worker CPU {cpu / hours:.1f} s/h, "
+              f"(a day: {r['wall_s'] / hours * 24 / 60:.1f} min, {'measured' if hours == 24 else 'extrapolated'}); worker CPU {cpu / hours:.1f} s/h, "
               f"Prometheus CPU {r['prom_cpu_s'] / hours:.1f} s/h; {r['queries']} queries; peak RSS per worker "
               f"{rss} MiB; hours ingested/skipped per worker "
               f"{did}; every hour ok exactly once: {r['exactly_once']}; GPU-seconds {r['gpu_seconds']}; "

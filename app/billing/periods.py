@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from itertools import islice
 
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Engine
@@ -41,6 +43,7 @@ from app.metrics.cluster_hours import hour_states, scope
 from app.metrics.models import IngestHour, IngestStatus, PoolHourRollup, UsageRollup
 
 CENT = Decimal("0.01")
+LINE_BATCH = 5_000  # charge-line rows per INSERT of a rating run
 
 
 @dataclass
@@ -276,9 +279,20 @@ def _rate_into(session: Session, row: BillingPeriod, p: Period, actor: str) -> R
     )
     revision = session.execute(select(BillingPeriod.revision).where(BillingPeriod.id == row.id)).scalar_one()
     departments = _departments(docs)
-    lines = _line_rows(row.id, revision, p.month, result.lines, departments)
-    if lines:
-        session.execute(insert(ChargeLineRecord), lines)
+    # Inserted a batch at a time and folded as they go: the run never holds every line's row at once (at 5,000
+    # tenants that is 111,442 dicts, more than the ChargeLines they come from).
+    tenants: dict[str, Decimal] = {}
+    digest = hashlib.sha256()
+    count = 0
+    rows = _line_rows(row.id, revision, p.month, result.lines, departments)
+    while batch := list(islice(rows, LINE_BATCH)):
+        session.execute(insert(ChargeLineRecord), batch)
+        count += len(batch)
+        for line in batch:
+            if line["account"] != PLATFORM:
+                tenants[line["account"]] = tenants.get(line["account"], Decimal(0)) + line["amount"]
+            digest.update(f"{line['line_id']}\t{line['amount']}\n".encode())
+        del batch
     usage = [
         {
             "period_id": row.id, "tenant": u.tenant, "department": departments.get(u.tenant, ""), "pool": u.pool,
@@ -316,12 +330,7 @@ def _rate_into(session: Session, row: BillingPeriod, p: Period, actor: str) -> R
     row.missing_hours = json.dumps([h.isoformat() for h in hours.missing])
     session.add(row)
     session.flush()
-    tenants: dict[str, Decimal] = {}
-    for line in lines:
-        if line["account"] != PLATFORM:
-            tenants[line["account"]] = tenants.get(line["account"], Decimal(0)) + line["amount"]
-    digest = hashlib.sha256("".join(f"{line['line_id']}\t{line['amount']}\n" for line in lines).encode()).hexdigest()
-    return Rated(total=sum(tenants.values(), Decimal(0)), tenants=tenants, lines=len(lines), sha256=digest)
+    return Rated(total=sum(tenants.values(), Decimal(0)), tenants=tenants, lines=count, sha256=digest.hexdigest())
 
 
 def _departments(docs: DocumentCache) -> dict[str, str]:
@@ -339,27 +348,24 @@ def line_key(month: str, line: ChargeLine) -> str:
     return f"{stem}/{line.service}" if line.service else stem
 
 
-def _line_rows(period_id: int, revision: int, month: str, lines: list[ChargeLine], departments: dict) -> list[dict]:
+def _line_rows(period_id: int, revision: int, month: str, lines: list[ChargeLine], departments: dict) -> Iterator[dict]:
+    """The rows of the lines, in line-id order (a line's id numbers it within its stem: the same id on every run)."""
     ordered = sorted(
         lines, key=lambda l: (l.account, l.pool, l.kind, l.klass, l.policy_version, l.service, l.charge_start)
     )
     seq: dict[str, int] = {}
-    out = []
     for line in ordered:
         stem = line_key(month, line)
         seq[stem] = seq.get(stem, 0) + 1
-        out.append(
-            {
-                "period_id": period_id, "revision": revision, "line_id": f"{stem}/{seq[stem]}",
-                "source": LineSource.RATING, "account": line.account,
-                "department": departments.get(line.account, ""), "pool": line.pool, "kind": line.kind,
-                "klass": line.klass, "service": line.service, "policy_version": line.policy_version,
-                "charge_start": from_epoch(line.charge_start), "charge_end": from_epoch(line.charge_end),
-                "quantity": line.quantity, "unit": line.unit, "amount": money(line.amount),
-                "corrects": line.corrects, "reason": "", "created_by": "",
-            }
-        )
-    return out
+        yield {
+            "period_id": period_id, "revision": revision, "line_id": f"{stem}/{seq[stem]}",
+            "source": LineSource.RATING, "account": line.account,
+            "department": departments.get(line.account, ""), "pool": line.pool, "kind": line.kind,
+            "klass": line.klass, "service": line.service, "policy_version": line.policy_version,
+            "charge_start": from_epoch(line.charge_start), "charge_end": from_epoch(line.charge_end),
+            "quantity": line.quantity, "unit": line.unit, "amount": money(line.amount),
+            "corrects": line.corrects, "reason": "", "created_by": "",
+        }
 
 
 def money(value: Decimal) -> Decimal:

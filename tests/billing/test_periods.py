@@ -75,6 +75,35 @@ def test_line_ids_are_stable_and_named(session):
     assert [l.line_id for l in load_view(session=session, period=row).lines] == ids
 
 
+def test_lines_stored_a_batch_at_a_time_are_the_lines_and_the_hash_of_one_insert(session, monkeypatch):
+    v = store_policy(session)
+    add_hour(session, hour=OCT1, version=v.id)
+    add_hour(session, hour=OCT1 + timedelta(hours=5), version=v.id)
+
+    def rated() -> tuple[dict, list[tuple[str, Decimal]]]:
+        row = periods.rate(session=session, period="2026-10", actor="fin")
+        event = events_after(session=session, after=None, types=("period.rated",))[-1]
+        stored = session.execute(select(ChargeLineRecord.line_id, ChargeLineRecord.amount)
+                                 .where(ChargeLineRecord.period_id == row.id).order_by(ChargeLineRecord.id)).all()
+        return {k: event.data[k] for k in ("lines", "lines_sha256", "total", "tenants")}, [tuple(r) for r in stored]
+
+    one_insert, rows = rated()
+    monkeypatch.setattr(periods, "LINE_BATCH", 3)
+    batched, batched_rows = rated()
+    assert len(rows) > 3 * 3 and batched_rows == rows  # several batches, the same rows in the same order
+    assert batched == one_insert
+    # The hash is over every stored line, in the order they were stored, and the totals are the rows' sums.
+    assert one_insert["lines"] == len(rows)
+    assert one_insert["lines_sha256"] == hashlib.sha256("".join(f"{i}\t{a}\n" for i, a in rows).encode()).hexdigest()
+    by_tenant: dict[str, Decimal] = {}
+    for line_id, amount in rows:
+        account = line_id.split("/")[1]
+        if account != PLATFORM:
+            by_tenant[account] = by_tenant.get(account, D(0)) + amount
+    assert one_insert["tenants"] == {t: str(a) for t, a in sorted(by_tenant.items())}
+    assert D(one_insert["total"]) == sum(by_tenant.values())
+
+
 def test_rerate_replaces_the_draft(session):
     v = store_policy(session)
     add_hour(session, hour=OCT1, version=v.id)
