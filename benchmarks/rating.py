@@ -13,14 +13,14 @@ rating and closing only), then times, in the same run:
   load      streaming the month through the loader (RatingHour objects) without rating
   rate      `periods.rate` (the SQL path `rating_sql.rate_stored` + store lines), committed
   SQL path  `rating_sql.rate_stored` alone (sums of the stored rates), then the reference `rate_period` over `load_hours` alone,
-            their results compared (they must be equal), peak RSS after each
+            their results compared (they must be equal)
   close     `periods.close`, the finalize step (re-rate + store lines + status + audit), committed
   issue     the worker's issuing step (`issuing.issue_period`): every document rendered from the stored
             lines (CSV, FOCUS, period PDF, each tenant's invoice PDF, report PDF), stored, hashes set,
             `period.finalized` emitted, committed
-and prints each relative to the baseline and each step's own peak RSS (the high-water mark reset before it), plus the
-CPU of one invoice PDF from the full fonts and
-from the issuing run's cut-down fonts (same bytes, checked), and peak RSS.
+and prints each relative to the baseline and each step's RSS at its start and its own peak (the high-water mark
+reset before it), plus the CPU of one invoice PDF from the full fonts and from the issuing run's cut-down fonts
+(same bytes, checked).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import argparse
 import multiprocessing
 import os
 import random
-import resource
 import sys
 import time
 import uuid
@@ -331,12 +330,10 @@ def run(url: str, args) -> None:
         return done
 
     t_store, stored = _timed(store, "store")
-    # the SQL path first, so the peak RSS after it is its own (the reference holds a day of rows at a time)
+    # the SQL path before the reference, which holds a day of rows at a time
     t_rate, _ = _timed(rate, "rate")
     t_sql, by_sql = _timed(sql_path, "sql")
-    rss_sql = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t_ref, by_reference = _timed(reference_path, "reference")
-    rss_ref = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     equal = (by_sql.lines == by_reference.lines and by_sql.usage == by_reference.usage and by_sql.cost_by_pool == by_reference.cost_by_pool
              and by_sql.unattributed == by_reference.unattributed and by_sql.unpooled == by_reference.unpooled)
     print(f"fleet: {args.tenants} tenants (scale {args.scale}), {args.pools} pools, {args.gpus:,} GPUs, month {args.month}", flush=True)
@@ -345,8 +342,8 @@ def run(url: str, args) -> None:
     print(f"store rates (ingestion): {t_store:7.2f} s wall  {t_store / t_base:5.1f}x   python CPU {CPU['store']:6.2f} s   "
           f"({stored.stored:,} pool-hours, {t_store / max(stored.stored, 1) * 1000:.2f} ms each; once, as each hour is ingested)")
     print(f"rate (periods.rate)    : {t_rate:7.2f} s wall  {t_rate / t_base:5.1f}x   python CPU {CPU['rate']:6.2f} s   (goal <= 3x; SQL path + store lines)")
-    print(f"  SQL path alone       : {t_sql:7.2f} s wall  {t_sql / t_base:5.1f}x   python CPU {CPU['sql']:6.2f} s   peak RSS so far {rss_sql:,.0f} MiB")
-    print(f"  reference path alone : {t_ref:7.2f} s wall  {t_ref / t_base:5.1f}x   python CPU {CPU['reference']:6.2f} s   peak RSS so far {rss_ref:,.0f} MiB"
+    print(f"  SQL path alone       : {t_sql:7.2f} s wall  {t_sql / t_base:5.1f}x   python CPU {CPU['sql']:6.2f} s")
+    print(f"  reference path alone : {t_ref:7.2f} s wall  {t_ref / t_base:5.1f}x   python CPU {CPU['reference']:6.2f} s"
           f"   (rate_period over load_hours)")
     print(f"  reference / SQL path : {t_ref / t_sql:5.1f}x wall; results equal (lines, usage, pool costs, unattributed, unpooled): {equal}", flush=True)
     print(f"RSS at each step's start -> its peak (MiB; {len(by_sql.lines):,} charge lines): "
@@ -399,7 +396,7 @@ def run(url: str, args) -> None:
         docs, size = conn.execute(text("SELECT count(*), coalesce(sum(length(content)), 0) FROM issued_document")).one()
         events = conn.execute(text("SELECT count(*) FROM event WHERE type = 'period.finalized'")).scalar()
     engine.dispose()
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mib = max(peak for _, peak in PEAK.values())  # ru_maxrss is reset with VmHWM
     print(f"GROUP BY -> {groups:,} groups; charge lines stored: {lines:,}; status {status}")
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (wall times include waiting for a CPU)")
     print(f"close (finalize)  : {t_close:7.2f} s wall  {t_close / t_base:5.1f}x   python CPU {CPU['close']:6.2f} s   "
