@@ -20,7 +20,6 @@ from types import SimpleNamespace
 
 from sqlmodel import Session
 
-from app.billing import pdf
 from app.billing.invoices import PeriodView, load_view
 from app.billing.models import BillingPeriod, ChargeLineRecord, DocumentKind, LineSource
 from app.billing.types import CHARGE_KINDS, PLATFORM, QUANTITY, LineKind
@@ -95,6 +94,8 @@ def render_invoice(*, session: Session, period: BillingPeriod, tenant: str) -> b
     view = _detached_view(load_view(session=session, period=period))
     if tenant not in view.tenants:
         raise NotFound(f"No invoice for tenant {tenant!r} in {period.month}")
+    from app.billing import pdf  # fpdf2 and fontTools on first use: see render_pdf
+
     return pdf.render_invoice_pdf(view, tenant)
 
 
@@ -104,6 +105,8 @@ def period_documents(*, session: Session, period: BillingPeriod) -> list[tuple[t
 
     What the issuing step stores (app/billing/issued.py); tenant is "" for the period-wide formats.
     """
+    from app.billing import pdf  # fpdf2 and fontTools on first use: see render_pdf
+
     view = _detached_view(load_view(session=session, period=period))
     plan: list[tuple[tuple[str, str], Callable[[], bytes]]] = [
         ((fmt, ""), partial(fn, view)) for fmt, fn in _RENDERERS.items()]
@@ -302,6 +305,10 @@ def _dark_multipliers(view: PeriodView) -> dict[int, Decimal]:
 
 
 def render_pdf(view: PeriodView) -> bytes:
+    # Imported here, on the first PDF: fpdf2 and fontTools are ~0.4 s of every process's start otherwise (each
+    # CLI command, worker and serve process imports this module; most of them never draw a PDF).
+    from app.billing import pdf
+
     return pdf.render_pdf(view)
 
 

@@ -20,7 +20,7 @@ from functools import partial
 from sqlalchemy import insert, select
 from sqlmodel import Session
 
-from app.billing import exports, pdf, report_pdf
+from app.billing import exports
 from app.billing.models import BillingPeriod, DocumentKind, IssuedDocument, PeriodStatus
 from app.billing.report import assemble_report, read_inputs
 from app.core.errors import AppError
@@ -91,6 +91,8 @@ class Served:
 
 def render_report(*, session: Session, period: BillingPeriod) -> bytes:
     """The managers' monthly report as PDF."""
+    from app.billing import report_pdf  # fpdf2 and fontTools on first use (exports.render_pdf says why)
+
     inputs = read_inputs(session=session, period=period)
     return report_pdf.render_report_pdf(inputs.view, assemble_report(inputs))
 
@@ -113,6 +115,8 @@ def render_all(*, session: Session, period: BillingPeriod, progress: Progress | 
 
     The invoice PDFs share the cut-down fonts (pdf.shared_fonts): the same bytes, a third of the CPU.
     """
+    from app.billing import pdf  # fpdf2 and fontTools on first use (exports.render_pdf says why)
+
     plan = exports.period_documents(session=session, period=period)
     plan.append(((DocumentKind.REPORT_PDF.value, ""), partial(render_report, session=session, period=period)))
     out = {}
