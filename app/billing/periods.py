@@ -292,7 +292,6 @@ def _rate_into(session: Session, row: BillingPeriod, p: Period, actor: str) -> R
             if line["account"] != PLATFORM:
                 tenants[line["account"]] = tenants.get(line["account"], Decimal(0)) + line["amount"]
             digest.update(f"{line['line_id']}\t{line['amount']}\n".encode())
-        del batch
     usage = [
         {
             "period_id": row.id, "tenant": u.tenant, "department": departments.get(u.tenant, ""), "pool": u.pool,
@@ -349,7 +348,8 @@ def line_key(month: str, line: ChargeLine) -> str:
 
 
 def _line_rows(period_id: int, revision: int, month: str, lines: list[ChargeLine], departments: dict) -> Iterator[dict]:
-    """The rows of the lines, in line-id order (a line's id numbers it within its stem: the same id on every run)."""
+    """The rows of the lines, sorted by account, pool, kind, class, version, service and start: the order their ids
+    number them in within a stem, so a line gets the same id on every run."""
     ordered = sorted(
         lines, key=lambda l: (l.account, l.pool, l.kind, l.klass, l.policy_version, l.service, l.charge_start)
     )

@@ -76,7 +76,7 @@ class Handler(BaseHTTPRequestHandler):
                             "behaviour": behaviour})
         if behaviour == "hang":
             while not STOP.is_set() and not _closed(self.connection):
-                time.sleep(0.05)
+                time.sleep(0.05)  # state-free: polls STOP and the connection
             return
         if behaviour == "drip":
             for byte in itertools.cycle(b"HTTP/1.1 200 OK"):

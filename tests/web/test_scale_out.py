@@ -88,7 +88,7 @@ def _wait_for(condition, what: str, timeout_s: float = 240, logs: tuple[Path, ..
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}\n" + "\n".join(p.read_text() for p in logs))
-        time.sleep(0.2)
+        time.sleep(0.2)  # state-free: polls condition() until the deadline
 
 
 def _same_answers(a: str, b: str, headers: dict, paths: list[str]) -> dict[str, object]:
