@@ -246,11 +246,11 @@ def _unit_use(parts: Mapping[tuple, dict], interval: Mapping[tuple, int]) -> dic
     for (scrape, unit), part in parts.items():
         per_hour = Fraction(HOUR_S, interval[scrape])  # scrapes of a whole hour
         pods: list[tuple[str, float]] = part["pods"]
-        total = sum(c for _, c in pods)
         if not pods:
             continue
+        total = sum((Fraction(c) for _, c in pods), Fraction(0))
         shared = total + part["free"] > per_hour
-        samples = Fraction(total)
+        samples = total
         if shared:  # pods held the unit at the same scrapes: the union is what the free series left
             samples = min(samples, max(per_hour - Fraction(part["free"]), Fraction(max(c for _, c in pods))))
         seconds = samples * interval[scrape] * part["fraction"]
