@@ -167,13 +167,3 @@ def period_state(session: Session, *, clusters: Sequence[str], start: datetime, 
                 examples.append(f"{where}{hour:%Y-%m-%d %H:%M} UTC {HourVerdict(check.verdict).value}: {check.detail[:300]}")
     return ReconcileState(clusters=tuple(clusters), hours=len(hours) * len(clusters), unchecked=unchecked,
                           verdicts=dict(verdicts), examples=tuple(examples))
-
-
-def pool_rows(session: Session, *, cluster: str, hours: Iterable[datetime]) -> list[ReconcilePoolHour]:
-    """The stored pool figures of some checked hours (the CLI's table)."""
-    wanted = [aware(h) for h in hours]
-    if not wanted:
-        return []
-    return list(session.execute(select(ReconcilePoolHour).where(
-        ReconcilePoolHour.cluster == cluster, ReconcilePoolHour.hour.in_(wanted))
-        .order_by(ReconcilePoolHour.hour, ReconcilePoolHour.pool)).scalars())
