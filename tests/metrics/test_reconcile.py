@@ -18,7 +18,8 @@ from app.metrics.reconcile.service import reconcile_hours
 from app.metrics.reconcile.source import ReconcileSource
 from app.metrics.reconcile.store import period_state
 from tests.support import reconcile as field
-from tests.support.ingest import add_policy
+from tests.support import scenario
+from tests.support.ingest import SCENARIO_HOURS, add_policy
 from tests.support.prometheus import PrometheusServer
 from tests.support.victoria import VictoriaMetricsServer
 
@@ -153,3 +154,21 @@ def test_an_unreachable_source_checks_nothing_and_says_so(stored):
     assert report.checks == [] and len(report.unread) == field.HOURS and "did not answer" in report.error
     assert stored.exec(select(ReconcileHour)).all() == []
     assert from_epoch(field.F) == report.unread[0]
+
+
+def test_every_hour_of_the_scenario_agrees_and_nothing_is_listed(session, scenario_prometheus):
+    """MIG slices, a time-sliced GPU, a unit reporting both occupancy metrics, an unclaimed namespace, a class
+    override, a node in no pool, an energy counter and mean power: ingested today, every hour agrees."""
+    add_policy(session)
+    start = from_epoch(scenario.H)
+    end = start + timedelta(hours=SCENARIO_HOURS)
+    assert ingest_hours(session=session, source=PrometheusSource(scenario_prometheus.url), start=start, end=end).ok
+    report = reconcile_hours(session=session, source=ReconcileSource(scenario_prometheus.url), cluster="default",
+                             start=start, end=end, until=end)
+    assert [str(c.verdict) for c in report.checks] == ["agrees"] * SCENARIO_HOURS and report.problems == []
+    first = {p.pool: (p.source_gpus, p.source_gpu_seconds, p.source_kwh) for p in report.checks[0].pools}
+    assert first == {"mixed-a100": (4, sum(scenario.EXPECTED_USAGE[k] for k in scenario.EXPECTED_USAGE
+                                         if k[0] == "mixed-a100"), Decimal("1.083333333")),
+                     "rtx": (1, Decimal("2400.000000"), Decimal("0.450000000")),
+                     "unpooled": (1, Decimal("600.000000"), Decimal("0.400000000"))}
+    assert period_state(session, clusters=["default"], start=start, end=end).reconciled
