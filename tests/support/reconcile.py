@@ -14,7 +14,7 @@ The other hours have one power series per GPU, so the ingestion of today and the
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from sqlalchemy import delete, update
@@ -171,4 +171,3 @@ def verdicts(checks) -> dict[int, str]:
     return {(c.hour - F) // HOUR: str(c.verdict) for c in checks}
 
 
-DAY = timedelta(days=1)
