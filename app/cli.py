@@ -9,7 +9,9 @@ from app.billing.budget_alerts import budget_task
 from app.billing.cli import app as billing_app
 from app.billing.hour_rates import hour_rates_task
 from app.billing.issuing import issue_task
+from app.billing.reconcile_cli import app as reconcile_app
 from app.metrics.cli import app as metrics_app
+from app.metrics.reconcile.task import reconcile_task
 from app.metrics.simulator.cli import app as simulator_app
 from app.notify.mail_deliver import mail_task
 from app.notify.webhook_deliver import webhook_task
@@ -26,6 +28,7 @@ WORKER_TASKS.append(budget_task)  # budget.threshold events, before mail plans t
 WORKER_TASKS.append(issue_task)  # documents of months just closed, then period.finalized (app/billing/issuing.py)
 WORKER_TASKS.append(mail_task)  # e-mailed statements and budget alerts (app/notify/mail_deliver.py)
 WORKER_TASKS.append(webhook_task)  # signed webhooks to admin-configured subscriptions (app/notify/webhook_deliver.py)
+WORKER_TASKS.append(reconcile_task)  # each ingested day checked against the source again (app/metrics/reconcile/task.py)
 app = typer.Typer(help="GPU co-location chargeback portal", no_args_is_help=True,
                   context_settings={"obj": {"latency_buckets": configured_latency_buckets,
                                             "worker_tasks": WORKER_TASKS}})
@@ -48,8 +51,8 @@ db_app = typer.Typer(help="Database schema", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(policy_app, name="policy")
 app.add_typer(simulator_app, name="simulator")
-# Domain apps register top-level commands too (ingest, worker, rate, close, export, user, token, serve).
-for sub in (metrics_app, billing_app, auth_app, web_app):
+# Domain apps register top-level commands too (ingest, worker, rate, close, reconcile, export, user, token, serve).
+for sub in (metrics_app, billing_app, reconcile_app, auth_app, web_app):
     for command in sub.registered_commands:
         app.registered_commands.append(command)
     for group in sub.registered_groups:

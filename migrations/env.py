@@ -12,6 +12,7 @@ import app.core.events
 import app.core.generation
 import app.http.idempotency
 import app.metrics.models
+import app.metrics.reconcile.models
 import app.notify.mail_models
 import app.notify.webhook_models
 import app.policy.models

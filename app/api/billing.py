@@ -48,6 +48,7 @@ def to_json(value: Any) -> Any:
 class CloseRequest(BaseModel):
     accept_gaps: bool = False
     accept_unpooled: bool = False  # close although GPUs on nodes no pool names went unpriced
+    accept_unreconciled: bool = False  # close although hours do not reconcile with the source (or were not checked)
     reason: str | None = Field(default=None, max_length=2000)
 
 
@@ -154,7 +155,7 @@ def close(
     body: Annotated[CloseRequest | None, Body()] = None,
 ) -> dict:
     """Finalize the period (409 when incomplete without accept_gaps, with unpooled GPUs without accept_unpooled,
-    or already finalized). The answer says `documents: pending`: the worker issues the documents from the
+    with hours that do not reconcile with the source without accept_unreconciled, or already finalized). The answer says `documents: pending`: the worker issues the documents from the
     stored lines next, sets `hashes`, and only then sends `period.finalized`.
 
     With an `Idempotency-Key` header a retry gets the first answer again instead of a 409.
@@ -164,7 +165,8 @@ def close(
         return replayed
     body = body or CloseRequest()
     row = periods.close(session=session, period=period, actor=user.name, accept_gaps=body.accept_gaps,
-                         accept_unpooled=body.accept_unpooled, reason=body.reason)
+                         accept_unpooled=body.accept_unpooled, reason=body.reason,
+                         accept_unreconciled=body.accept_unreconciled)
     return idempotency.remember(json_response(to_json(periods.period_summary(row))))
 
 

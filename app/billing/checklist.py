@@ -20,8 +20,10 @@ from sqlmodel import Session
 from app.billing.models import BillingPeriod, ChargeLineRecord, LineSource, PeriodStatus, UnattributedBreachRecord
 from app.billing.period import Period, get_period
 from app.billing.periods import unpooled_status
+from app.billing.reconciliation import findings, period_reconciliation
 from app.core.timeutil import aware
 from app.metrics.models import IngestHour
+from app.metrics.reconcile.store import ReconcileState
 from app.metrics.usage_read import Coverage, hours_coverage
 
 ZERO = Decimal(0)
@@ -52,16 +54,18 @@ class CloseState:
     accept_gaps_reason: str | None = None  # recorded at close
     accept_unpooled_reason: str | None = None
     currency: str = "USD"
+    reconcile: ReconcileState = ReconcileState()  # the source check (default: no cluster to check)
+    accept_unreconciled_reason: str | None = None
 
 
 @dataclass(frozen=True)
 class ChecklistItem:
-    key: str  # coverage | unpooled | rating | unattributed | corrections
+    key: str  # coverage | reconcile | unpooled | rating | unattributed | corrections
     title: str
     status: ItemStatus
     detail: str  # what the state is
     action: str  # what to do, in plain words
-    accept: str | None = None  # the close form's acceptance that lifts a block ("accept_gaps" | "accept_unpooled")
+    accept: str | None = None  # the close form's acceptance that lifts a block (accept_gaps | accept_unpooled | accept_unreconciled)
 
 
 @dataclass(frozen=True)
@@ -85,10 +89,11 @@ class Checklist:
         """Nothing blocks: Finalize needs no acceptance."""
         return not any(i.status == ItemStatus.BLOCKS for i in self.items)
 
-    def refusal(self, *, accept_gaps: bool, accept_unpooled: bool, reason: str) -> dict[str, str]:
+    def refusal(self, *, accept_gaps: bool, accept_unpooled: bool, reason: str,
+                accept_unreconciled: bool = False) -> dict[str, str]:
         """Why a close with these inputs would be refused, by form field ({} when it may go ahead)."""
         errors: dict[str, str] = {}
-        given = {"accept_gaps": accept_gaps, "accept_unpooled": accept_unpooled}
+        given = {"accept_gaps": accept_gaps, "accept_unpooled": accept_unpooled, "accept_unreconciled": accept_unreconciled}
         for item in self.items:
             if item.status != ItemStatus.BLOCKS:
                 continue
@@ -96,7 +101,7 @@ class Checklist:
                 errors["period"] = item.detail + " " + item.action
             elif not given[item.accept]:
                 errors[item.accept] = item.detail + " " + item.action
-        if (accept_gaps or accept_unpooled) and not reason.strip():
+        if (accept_gaps or accept_unpooled or accept_unreconciled) and not reason.strip():
             errors["reason"] = "Give a reason for what you accept; it is audited and printed on the statement."
         return errors
 
@@ -167,6 +172,34 @@ def _unpooled_item(state: CloseState) -> ChecklistItem:
     )
 
 
+def _reconcile_item(state: CloseState) -> ChecklistItem:
+    title = "Source reconciled"
+    r = state.reconcile
+    if state.status == PeriodStatus.FINALIZED:
+        if state.accept_unreconciled_reason:
+            return ChecklistItem("reconcile", title, ItemStatus.OK, "Finalized.",
+                                 f"Closed with unreconciled hours accepted: {state.accept_unreconciled_reason}")
+        return ChecklistItem("reconcile", title, ItemStatus.OK, "Finalized.", "Nothing to do.")
+    if not r.applicable:
+        return ChecklistItem("reconcile", title, ItemStatus.OK,
+                             "Every cluster is read from the built-in simulator: there is no second source to check.",
+                             "Nothing to do.")
+    if r.reconciled:
+        return ChecklistItem("reconcile", title, ItemStatus.OK,
+                             f"All {_plural(r.hours, 'hour')} checked against Prometheus by a second, independent count "
+                             "agree with the stored figures (gaps and missing hours aside: see above).", "Nothing to do.")
+    detail = (f"Of {_plural(r.hours, 'hour')} checked against Prometheus by a second, independent count: "
+              + "; ".join(findings(r)) + "." + (" For example: " + " | ".join(r.examples) if r.examples else ""))
+    if r.problems:
+        action = ("Ask an operator to ingest those hours again; the worker then checks them again (it checks each day "
+                  "once ingested). To close anyway, tick \u201cAccept unreconciled hours\u201d below and give a reason.")
+    else:
+        action = ("Wait for the worker to check them (it checks each day once ingested), or ask an operator to "
+                  "reconcile the month now. To close anyway, tick \u201cAccept unreconciled hours\u201d below and give "
+                  "a reason.")
+    return ChecklistItem("reconcile", title, ItemStatus.BLOCKS, detail, action, accept="accept_unreconciled")
+
+
 def _rating_item(state: CloseState) -> ChecklistItem:
     title = "Draft invoices"
     if state.status == PeriodStatus.FINALIZED:
@@ -211,8 +244,8 @@ def _corrections_item(state: CloseState) -> ChecklistItem:
 
 def checklist(state: CloseState) -> Checklist:
     """The pre-close checklist of one period, each item with its status and what to do."""
-    items = [_coverage_item(state), _unpooled_item(state), _rating_item(state), _unattributed_item(state),
-             _corrections_item(state)]
+    items = [_coverage_item(state), _reconcile_item(state), _unpooled_item(state), _rating_item(state),
+             _unattributed_item(state), _corrections_item(state)]
     return Checklist(month=state.month, status=state.status, items=items)
 
 
@@ -236,7 +269,8 @@ def close_state(*, session: Session, period: Period, now: datetime) -> CloseStat
         select(func.max(IngestHour.ingested_at)).where(IngestHour.hour >= period.start, IngestHour.hour < period.end)
     ).scalar_one()
     base = {"month": period.month, "coverage": coverage, "latest_ingest": latest, "unpooled_hours": unpooled.hours,
-            "unpooled_gpus": unpooled.max_gpus, "unpooled_gpu_hours": unpooled.capacity_gpu_hours}
+            "unpooled_gpus": unpooled.max_gpus, "unpooled_gpu_hours": unpooled.capacity_gpu_hours,
+            "reconcile": period_reconciliation(session=session, period=period, now=now)}
     if row is None:
         return CloseState(status=PeriodStatus.OPEN, **base)
     minutes, penalty = session.execute(
@@ -253,7 +287,8 @@ def close_state(*, session: Session, period: Period, now: datetime) -> CloseStat
         status=row.status, rated_at=row.rated_at, unattributed_minutes=minutes,
         unattributed_penalty=Decimal(penalty or 0), corrections=corrections,
         corrections_total=Decimal(corrections_total or 0), accept_gaps_reason=row.accept_gaps_reason,
-        accept_unpooled_reason=row.accept_unpooled_reason, currency=row.currency, **base,
+        accept_unpooled_reason=row.accept_unpooled_reason, currency=row.currency,
+        accept_unreconciled_reason=row.accept_unreconciled_reason, **base,
     )
 
 

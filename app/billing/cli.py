@@ -90,7 +90,10 @@ def close_command(
     accept_unpooled: bool = typer.Option(
         False, "--accept-unpooled", help="finalize although GPUs on nodes no policy pool names stay unpriced"
     ),
-    reason: str = typer.Option(None, "--reason", help="why (required with --accept-gaps or --accept-unpooled)"),
+    accept_unreconciled: bool = typer.Option(
+        False, "--accept-unreconciled",
+        help="finalize although hours do not reconcile with the source or were not checked (`chargeback reconcile`)"),
+    reason: str = typer.Option(None, "--reason", help="why (required with any --accept-* option)"),
     issue: bool = typer.Option(True, "--issue/--no-issue",
                                help="issue the documents right after finalizing (else the worker issues them)"),
 ) -> None:
@@ -102,7 +105,7 @@ def close_command(
         with unit_of_work() as session:
             row = periods.close(
                 session=session, period=period, actor=_actor(), accept_gaps=accept_gaps,
-                accept_unpooled=accept_unpooled, reason=reason,
+                accept_unpooled=accept_unpooled, reason=reason, accept_unreconciled=accept_unreconciled,
             )
             out.print(_lines_table(session, row))
     out.print(f"[green]finalized[/] {period}")

@@ -45,6 +45,7 @@ class BillingPeriod(SQLModel, table=True):
     finalized_by: str | None = None
     accept_gaps_reason: str | None = None
     accept_unpooled_reason: str | None = None  # why GPUs on nodes no pool names were left unpriced
+    accept_unreconciled_reason: str | None = None  # why hours the source does not confirm were billed as stored
     # GPUs on nodes no pool names, as seen by the last rating run: pool-hours, most GPUs in an hour, capacity
     unpooled_hours: int = 0
     unpooled_gpus: int = 0

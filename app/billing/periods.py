@@ -32,6 +32,7 @@ from app.billing.models import (
 )
 from app.billing.period import Period, get_period, month_name, next_month, parse_period, require_started
 from app.billing.rating_sql import rate_stored
+from app.billing.reconciliation import period_reconciliation, unreconciled_message
 from app.billing.types import PLATFORM, ChargeLine, RatingResult
 from app.core.audit import record
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
@@ -138,9 +139,12 @@ def rate(*, session: Session, period: str, actor: str) -> BillingPeriod:
 
 def close(
     *, session: Session, period: str, actor: str, accept_gaps: bool = False, accept_unpooled: bool = False,
-    reason: str | None = None,
+    reason: str | None = None, accept_unreconciled: bool = False,
 ) -> BillingPeriod:
     """Finalize the period in one transaction: re-rate, store lines, status finalized, audit.
+
+    Refused (409) unless its hours are complete, its GPUs pooled and its hours reconciled with the source
+    (app/billing/reconciliation.py), or the close accepts each shortfall with a reason.
 
     Its documents are left pending: the issuing step (app/billing/issuing.py) renders them from the
     stored lines afterwards, sets their hashes and only then emits `period.finalized`.
@@ -152,6 +156,9 @@ def close(
         raise Invalid("Accepting gaps needs a reason", [FieldError("reason", "required with accept_gaps")])
     if accept_unpooled and not reason:
         raise Invalid("Accepting unpooled GPUs needs a reason", [FieldError("reason", "required with accept_unpooled")])
+    if accept_unreconciled and not reason:
+        raise Invalid("Accepting unreconciled hours needs a reason",
+                      [FieldError("reason", "required with accept_unreconciled")])
     _write_lock_first(session)
     row = _get_or_create(session, p)
     if row.status == PeriodStatus.FINALIZED:
@@ -162,11 +169,15 @@ def close(
     unpooled = unpooled_status(session=session, period=p)
     if unpooled.hours and not accept_unpooled:
         raise Conflict(_unpooled_message(p, unpooled))
+    reconciled = period_reconciliation(session=session, period=p, now=utcnow())
+    if not reconciled.reconciled and not accept_unreconciled:
+        raise Conflict(unreconciled_message(p.month, reconciled))
     before = {"status": row.status, "revision": row.revision}
     _claim(
         session, row, status=PeriodStatus.FINALIZED, finalized_at=utcnow(), finalized_by=actor,
         accept_gaps_reason=reason if not hours.complete else None,
         accept_unpooled_reason=reason if unpooled.hours else None,
+        accept_unreconciled_reason=reason if not reconciled.reconciled else None,
         # No export hashes: they mark the documents issued, and the issuing step sets them.
         csv_sha256=None, focus_sha256=None, pdf_sha256=None,
     )
@@ -179,6 +190,8 @@ def close(
             "status": row.status, "revision": row.revision, "total": str(total), "gap_hours": len(hours.gaps),
             "missing_hours": len(hours.missing), "accept_gaps_reason": row.accept_gaps_reason,
             "unpooled_gpu_hours": str(row.unpooled_gpu_hours), "accept_unpooled_reason": row.accept_unpooled_reason,
+            "unreconciled_hours": reconciled.problems + reconciled.unchecked,
+            "accept_unreconciled_reason": row.accept_unreconciled_reason,
             "documents": "pending",
         },
     )
@@ -469,6 +482,7 @@ def period_summary(row: BillingPeriod, *, staff: bool = True) -> dict:
         "revision": row.revision, "rated_at": row.rated_at, "rated_by": row.rated_by,
         "finalized_at": row.finalized_at, "finalized_by": row.finalized_by,
         "accept_gaps_reason": row.accept_gaps_reason, "accept_unpooled_reason": row.accept_unpooled_reason,
+        "accept_unreconciled_reason": row.accept_unreconciled_reason,
         "unpooled_gpu_hours": row.unpooled_gpu_hours, "hours_expected": row.hours_expected,
         "hours_ok": row.hours_ok, "gap_hours": len(json.loads(row.gap_hours)),
         "missing_hours": len(json.loads(row.missing_hours)),

@@ -59,7 +59,7 @@ def _period_context(session, user: Principal, p, *, form: dict | None = None, er
         "coverage": period_coverage(session=session, period=p, row=row, now=now),
         "can_rate": _is_finance(user),
         "checklist": period_checklist(session=session, period=p, now=now) if _is_finance(user) else None,
-        "form": form or {"accept_gaps": False, "accept_unpooled": False, "reason": ""},
+        "form": form or {"accept_gaps": False, "accept_unpooled": False, "accept_unreconciled": False, "reason": ""},
         "errors": errors or {},
         "summary": None,
         "statement": None,
@@ -138,6 +138,7 @@ def billing_close(
     user: Finance,
     accept_gaps: Annotated[bool, Form()] = False,
     accept_unpooled: Annotated[bool, Form()] = False,
+    accept_unreconciled: Annotated[bool, Form()] = False,
     reason: Annotated[str, Form()] = "",
     confirmed: Annotated[bool, Form()] = False,
 ) -> Response:
@@ -147,7 +148,8 @@ def billing_close(
     """
     p = parse_period(period)
     require_started(p)
-    form = {"accept_gaps": accept_gaps, "accept_unpooled": accept_unpooled, "reason": reason}
+    form = {"accept_gaps": accept_gaps, "accept_unpooled": accept_unpooled, "accept_unreconciled": accept_unreconciled,
+            "reason": reason}
     refusal = period_checklist(session=session, period=p, now=utcnow()).refusal(**form)
     if len(reason) > MAX_REASON:
         refusal["reason"] = f"Keep the reason under {MAX_REASON:,} characters (it is {len(reason):,})."
@@ -160,7 +162,7 @@ def billing_close(
         return render(request, "billing/close_confirm.html", context)
     try:
         row = periods.close(session=session, period=p.month, actor=user.name, accept_gaps=accept_gaps,
-                            accept_unpooled=accept_unpooled, reason=reason)
+                            accept_unpooled=accept_unpooled, reason=reason, accept_unreconciled=accept_unreconciled)
     except AppError as exc:  # e.g. finalized meanwhile by someone else
         session.rollback()
         return _refused(request, session, user, p, form, {"period": exc.detail}, status=exc.status)

@@ -112,7 +112,7 @@ def test_checklist_says_what_blocks_the_close_and_what_to_do(api, fresh_engine):
     assert (body["period"], body["status"], body["hours_expected"], body["hours_ok"]) == ("2026-10", "open", 744, 741)
     assert body["ready"] is False and body["needs"] == ["accept_gaps"]
     items = {i["key"]: i for i in body["items"]}
-    assert list(items) == ["coverage", "unpooled", "rating", "unattributed", "corrections"]
+    assert list(items) == ["coverage", "reconcile", "unpooled", "rating", "unattributed", "corrections"]
     assert items["coverage"]["status"] == "blocks close" and items["coverage"]["accept"] == "accept_gaps"
     assert "2 hours never ingested" in items["coverage"]["detail"] and "1 hour Prometheus" in items["coverage"]["detail"]
     assert "Accept the missing hours" in items["coverage"]["action"] and "--" not in items["coverage"]["action"]

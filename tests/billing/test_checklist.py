@@ -30,7 +30,7 @@ def item(state: CloseState, key: str):
 
 def test_a_whole_rated_month_is_ready_and_every_item_ok():
     result = checklist(RATED)
-    assert [i.key for i in result.items] == ["coverage", "unpooled", "rating", "unattributed", "corrections"]
+    assert [i.key for i in result.items] == ["coverage", "reconcile", "unpooled", "rating", "unattributed", "corrections"]
     assert all(i.status == ItemStatus.OK for i in result.items)
     assert result.ready and not result.blocked and result.needs == []
     assert result.refusal(accept_gaps=False, accept_unpooled=False, reason="") == {}
@@ -134,7 +134,7 @@ def test_close_state_reads_gaps_stale_rating_corrections_and_unattributed_breach
     result = checklist(state)
     assert result.needs == ["accept_gaps"]
     assert {i.key: i.status for i in result.items} == {
-        "coverage": ItemStatus.BLOCKS, "unpooled": ItemStatus.OK, "rating": ItemStatus.OK,
+        "coverage": ItemStatus.BLOCKS, "reconcile": ItemStatus.OK, "unpooled": ItemStatus.OK, "rating": ItemStatus.OK,
         "unattributed": ItemStatus.ATTENTION, "corrections": ItemStatus.ATTENTION,
     }
 

@@ -12,7 +12,7 @@ import hashlib
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import delete, func, inspect, select, update
+from sqlalchemy import delete, func, inspect, select, text, update
 from typer.testing import CliRunner
 
 from app.billing import exports, issued, issuing, pdf, periods, report_pdf
@@ -291,8 +291,9 @@ def test_migration_0011_up_and_down(fresh_engine):
     engine = make_engine(url)
     with unit_of_work(engine) as s:
         assert "issued_document" not in inspect(s.connection()).get_table_names()
-        row = periods.get_period(session=s, month="2026-10")
-        assert row.status == "finalized" and row.csv_sha256  # the hashes stay on the period
+        # Read as the 0010 schema has it (the current model's later columns are not there yet).
+        status, csv_sha256 = s.execute(text("SELECT status, csv_sha256 FROM billing_period WHERE month = '2026-10'")).one()
+        assert status == "finalized" and csv_sha256  # the hashes stay on the period
     engine.dispose()
     upgrade(url)
     engine = make_engine(url)

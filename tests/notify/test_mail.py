@@ -24,6 +24,7 @@ from app.cli import WORKER_TASKS
 from app.core.db import unit_of_work
 from app.core.events import emit
 from app.core.settings import Settings
+from app.metrics.reconcile.task import reconcile_task
 from app.metrics.worker import run_tasks
 from app.notify import mail_deliver
 from app.notify.mail_contacts import replace_contacts
@@ -130,7 +131,7 @@ def test_mail_waits_for_the_issuing_step_and_then_attaches_what_it_stored(fresh_
         mail_task(fresh_engine, NOW, settings=settings)  # finalized, documents pending: no event yet, no mail
         assert server.received() == [] and sends(fresh_engine) == {} and issued(fresh_engine) == {}
         # The worker's order: the issuing step before mail, so one round issues and mails.
-        assert WORKER_TASKS == [hour_rates_task, budget_task, issue_task, mail_task, webhook_task]
+        assert WORKER_TASKS == [hour_rates_task, budget_task, issue_task, mail_task, webhook_task, reconcile_task]
         run_tasks([issue_task, lambda engine, now: mail_task(engine, now, settings=settings)], engine=fresh_engine,
                   now=NOW)
         docs = issued(fresh_engine)

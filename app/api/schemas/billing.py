@@ -33,6 +33,7 @@ class PeriodSummary(Out):
     finalized_by: str | None = Field(default=None, description="null for tenant members")
     accept_gaps_reason: str | None = None
     accept_unpooled_reason: str | None = None
+    accept_unreconciled_reason: str | None = None
     unpooled_gpu_hours: DecimalText | None = None
     hours_expected: int | None = None
     hours_ok: int | None = None
@@ -278,12 +279,12 @@ class Correction(Out):
 class ChecklistItem(Out):
     """One thing finance must know, accept or do before Finalize."""
 
-    key: Literal["coverage", "unpooled", "rating", "unattributed", "corrections"]
+    key: Literal["coverage", "reconcile", "unpooled", "rating", "unattributed", "corrections"]
     title: str
     status: Literal["ok", "needs attention", "blocks close"]
     detail: str = Field(description="What the state is, in plain words")
     action: str = Field(description="What to do, in plain words")
-    accept: Literal["accept_gaps", "accept_unpooled"] | None = Field(
+    accept: Literal["accept_gaps", "accept_unpooled", "accept_unreconciled"] | None = Field(
         description="The close's acceptance (with a reason) that lifts this block; null when none does")
 
 
@@ -295,6 +296,6 @@ class PeriodChecklist(Out):
     hours_expected: int = Field(description="Every hour of the month")
     hours_ok: int = Field(description="Hours ingested")
     ready: bool = Field(description="Nothing blocks: Finalize needs no acceptance")
-    needs: list[Literal["accept_gaps", "accept_unpooled"]] = Field(
+    needs: list[Literal["accept_gaps", "accept_unpooled", "accept_unreconciled"]] = Field(
         description="Acceptances (each with a reason) a close needs now")
     items: list[ChecklistItem]
