@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.support.pysource import parse
+
 APP = Path(__file__).resolve().parent.parent / "app"
 
 RANK = {"core": 0, "http": 1, "auth": 2, "policy": 3, "metrics": 4, "billing": 5, "review": 6, "notify": 7}
@@ -38,7 +40,7 @@ def _resolve(name: str) -> str | None:
 
 
 def _imports(module: str) -> set[str]:
-    tree = ast.parse(MODULES[module].read_text(), filename=str(MODULES[module]))
+    tree = parse(MODULES[module].read_text(), str(MODULES[module]))
     package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
     found = set()
     for node in ast.walk(tree):

@@ -155,7 +155,9 @@ def test_a_reingestion_during_a_fill_waits_for_it_and_removes_what_it_stored(pg_
 
     worker = threading.Thread(target=reingest)
     worker.start()
-    with pg_engine.connect() as watch:  # wait for the state: the re-ingestion blocked by the filler
+    # Wait for the state: the re-ingestion blocked by the filler. Each poll is its own transaction
+    # (autocommit): PostgreSQL freezes pg_stat_activity for the rest of a transaction at its first read.
+    with pg_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as watch:
         while not watch.execute(text("SELECT count(*) FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))"),
                                 {"pid": pid}).scalar():
             assert not done.is_set(), "the re-ingestion did not wait for the fill"

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.pysource import parse
+
 BILLING = Path(__file__).resolve().parents[2] / "app" / "billing"
 ABOVE = ("app.web", "app.api", "app.review")
 
@@ -15,7 +17,7 @@ def _imports() -> dict[str, set[str]]:
     out = {}
     for path in BILLING.glob("*.py"):
         names = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse(path.read_text(), str(path))):
             if isinstance(node, ast.ImportFrom) and node.module:
                 if node.module == "app.billing":
                     names |= {f"app.billing.{a.name}" for a in node.names}
