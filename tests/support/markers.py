@@ -8,6 +8,6 @@ MARKING_FIXTURES = {
                  "tests.api.test_schemathesis.seeded_database"},
     "prometheus": {"tests.support.ingest.scenario_prometheus", "tests.metrics.test_outage.prometheus",
                    "tests.billing.test_e2e_postgres.prometheus", "tests.metrics.test_simulator_truth.sim_prometheus",
-                   "tests.metrics.test_live_exporter.live"},
+                   "tests.metrics.test_live_exporter.live", "tests.billing.test_spec_oracle.sources"},
     "browser": {"tests.browser.conftest.browser", "tests.web.test_browser.portal"},
 }
