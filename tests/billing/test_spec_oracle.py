@@ -90,6 +90,11 @@ def test_the_month_is_priced_to_the_cent_as_spec_says(sources, fresh_engine: Eng
     assert status == {(c, h): ("gap" if (c, h) in oracle.GAPS else "ok")
                       for c in CLUSTERS for h in range(oracle.HOURS)}
 
+    # The portal checks itself against the source by its second path: every ingested hour agrees.
+    checked = _run(url, sources[engine_name], "reconcile", "--start", _iso(oracle.H0),
+                   "--end", _iso(oracle.H0 + oracle.HOURS * 3600))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
     rated = _run(url, sources[engine_name], "rate", "--period", "2026-11")
     assert rated.returncode == 0, rated.stdout + rated.stderr
     with Session(fresh_engine) as session:
