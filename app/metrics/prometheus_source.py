@@ -276,13 +276,16 @@ class PrometheusSource:
         def hourly(func: str, metric: str = ENERGY, agg: str = "max") -> str:
             return f"{agg} by ({GPU_LABELS}) ({_over(shard, func, metric, '3599999ms')})"
 
+        # SPEC 4: a GPU's mean power is all its samples in the hour over their count, across every series
+        # of the GPU (a pod starting or stopping mid-hour splits it: the max of the series' means is not it).
+        mean_power = f"{hourly('sum_over_time', POWER, 'sum')} / {hourly('count_over_time', POWER, 'sum')}"
         return [
             (hourly("min_over_time", agg="min"), cs + HOUR_S, ce, HOUR_S, keep("min")),
             (hourly("max_over_time"), cs + HOUR_S, ce, HOUR_S, keep("max")),
             (hourly("resets"), cs + HOUR_S, ce, HOUR_S, keep("resets")),
             # The counter's last value at each hour end, from the hour before the chunk onwards.
             (hourly("last_over_time"), cs, ce, HOUR_S, deltas),
-            (hourly("avg_over_time", POWER), cs + HOUR_S, ce, HOUR_S, power),
+            (mean_power, cs + HOUR_S, ce, HOUR_S, power),
         ]
 
     def _memory_plan(self, batch: SourceBatch, cs: int, ce: int, shard: str | None,
