@@ -19,6 +19,7 @@ event key's unique constraint is what makes an emission once: a second emit of a
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from sqlalchemy import text
@@ -32,7 +33,7 @@ from app.billing.period import parse_period
 from app.core.db import is_postgres, unit_of_work
 from app.core.event_payloads import BudgetThreshold
 from app.core.events import Event, emit
-from app.core.timeutil import aware
+from app.core.timeutil import aware, utcnow
 
 log = logging.getLogger(__name__)
 # Advisory lock ("CB" + 0x20): one budget evaluator at a time on PostgreSQL.
@@ -96,15 +97,15 @@ def _emit_all(session: Session, found: list[tuple[BudgetStatus, Crossing]]) -> l
     return events
 
 
-def budget_task(engine: Engine, now: datetime) -> list[Event]:
+def budget_task(engine: Engine, clock: Callable[[], datetime] = utcnow) -> list[Event]:
     """The worker task: raise the `budget.threshold` events not raised yet; returns those this call recorded."""
     with unit_of_work(engine) as session:
         if is_postgres(session):
             if not session.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": BUDGET_LOCK}).scalar():
                 return []  # another worker is evaluating the same budgets right now
-            return _emit_all(session, due(session, now))
+            return _emit_all(session, due(session, clock()))
     with Session(engine) as session:  # SQLite: read without holding the write lock ...
-        found = due(session, now)
+        found = due(session, clock())
     if not found:
         return []
     with unit_of_work(engine) as session:  # ... then take it to emit; keys already used record nothing

@@ -23,6 +23,7 @@ and every insert is `ON CONFLICT DO NOTHING` against a rating doing the same.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -37,7 +38,7 @@ from app.billing.models import InferenceHourRate, PoolHourRate, RateKind, SlaHou
 from app.billing.rating import EXACT_DIGITS, UNPOOLED_HOUR, Rater, rating_context
 from app.core.db import is_postgres, unit_of_work
 from app.core.errors import Invalid
-from app.core.timeutil import HOUR, aware, epoch, from_epoch
+from app.core.timeutil import HOUR, aware, epoch, from_epoch, utcnow
 from app.metrics.models import PoolHourRollup
 
 ADVISORY_LOCK = 0x6362_7261_7465  # "cbrate": one filling worker at a time
@@ -193,10 +194,10 @@ def _insert(session: Session, model, rows: list[dict]) -> None:
     conn.exec_driver_sql(f"TRUNCATE new_{table}")
 
 
-def hour_rates_task(engine: Engine, now: datetime) -> Stored:
+def hour_rates_task(engine: Engine, clock: Callable[[], datetime] = utcnow) -> Stored:
     """The worker task: store the rates of the pool-hours ingested (or re-ingested) lately, by one worker at a
     time (on PostgreSQL the others skip the round: the rates they would store are being stored)."""
     with unit_of_work(engine) as session:
         if is_postgres(session) and not session.execute(select(func.pg_try_advisory_xact_lock(ADVISORY_LOCK))).scalar():
             return Stored()
-        return store_missing(session, start=aware(now) - TASK_WINDOW)
+        return store_missing(session, start=aware(clock()) - TASK_WINDOW)

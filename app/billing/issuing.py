@@ -18,6 +18,7 @@ period's documents are stored once, and the event key `period.finalized:<month>`
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -120,7 +121,7 @@ def issue_pending(engine: Engine, *, actor: str = WORKER) -> list[Issue]:
     return out
 
 
-def issue_task(engine: Engine, now: datetime) -> list[Issue]:
+def issue_task(engine: Engine, clock: Callable[[], datetime] | None = None) -> list[Issue]:
     """The worker task: issue the documents of every finalized month still pending (then mail and webhooks
-    deliver its `period.finalized`)."""
+    deliver its `period.finalized`). Issuing dates nothing by the worker's clock."""
     return issue_pending(engine)

@@ -10,6 +10,10 @@ is about to ingest inside the transaction that writes them: on PostgreSQL with
 `pg_try_advisory_xact_lock` per (cluster, hour) (a claimed hour is skipped by the other, which moves
 on), on SQLite with `BEGIN IMMEDIATE` (the second waits for the first's commit). After claiming, the
 hour's status is read again, so an hour the other worker finished meanwhile is not redone.
+
+The worker's clock is a function, read where each decision is made (which hours are finished, whether a
+claimed hour is due, each task's leases and retry times), never one value for a whole round: a round may
+take minutes, and a time read at its start would make leases born expired and retries early.
 """
 
 from __future__ import annotations
@@ -104,7 +108,8 @@ def pending_hours(session: Session, *, now: datetime, delay_s: int, backfill_sta
     return due
 
 
-def claim(session: Session, hours: list[datetime], now: datetime, cluster: str = DEFAULT_CLUSTER) -> list[datetime]:
+def claim(session: Session, hours: list[datetime], clock: Callable[[], datetime],
+          cluster: str = DEFAULT_CLUSTER) -> list[datetime]:
     """Lock the cluster's hours this transaction will ingest; return those still pending once locked."""
     if is_postgres(session):
         got = []
@@ -116,6 +121,7 @@ def claim(session: Session, hours: list[datetime], now: datetime, cluster: str =
         # Take SQLite's write lock first: a concurrent worker waits here until we commit.
         session.connection(execution_options={"sqlite_immediate": True})
         got = list(hours)
+    now = clock()  # once locked: on SQLite the other worker's whole run may have passed meanwhile
     still = []
     for hour in got:
         row = session.exec(select(IngestHour).where(IngestHour.cluster == cluster, IngestHour.hour == hour)).first()
@@ -143,9 +149,9 @@ def _in_turn(runs: Mapping[str, list[list[datetime]]]) -> list[tuple[str, list[d
     return out
 
 
-def run_once(*, engine: Engine, source: MetricsSource | None = None, settings: Settings, now: datetime,
-             backfill_start: datetime | None = None, backfill_hours: int = 24, batch_hours: int = 24,
-             progress: Callable[[datetime, str], None] | None = None,
+def run_once(*, engine: Engine, source: MetricsSource | None = None, settings: Settings,
+             clock: Callable[[], datetime] = utcnow, backfill_start: datetime | None = None, backfill_hours: int = 24,
+             batch_hours: int = 24, progress: Callable[[datetime, str], None] | None = None,
              sources: Mapping[str, MetricsSource] | None = None) -> WorkerReport:
     """One round: ingest every pending hour of every cluster, one transaction per run of consecutive hours.
 
@@ -156,7 +162,7 @@ def run_once(*, engine: Engine, source: MetricsSource | None = None, settings: S
     runs = {}
     with Session(engine) as session:
         for cluster in sources:
-            pending = pending_hours(session, now=now, delay_s=settings.ingest_delay_s, backfill_start=backfill_start,
+            pending = pending_hours(session, now=clock(), delay_s=settings.ingest_delay_s, backfill_start=backfill_start,
                                     backfill_hours=backfill_hours, cluster=cluster)
             runs[cluster] = _runs(pending, batch_hours)
     down: set[str] = set()
@@ -165,13 +171,13 @@ def run_once(*, engine: Engine, source: MetricsSource | None = None, settings: S
             continue  # its source failed this round: its hours wait for their retry, the others go on
         try:
             with unit_of_work(engine) as session:
-                claimed = claim(session, run, now, cluster)
+                claimed = claim(session, run, clock, cluster)
                 report.add(cluster, skipped=[h for h in run if h not in claimed])
                 if not claimed:
                     continue
                 result: IngestReport = ingest_hour_list(session=session, source=sources[cluster], hours=claimed,
                                                         scrape_interval_s=settings.scrape_interval_s,
-                                                        progress=progress, now=now, cluster=cluster)
+                                                        progress=progress, now=clock(), cluster=cluster)
         except OperationalError as exc:  # SQLite: the other worker held the write lock past the busy timeout
             log.warning("could not claim %s %s..%s: %s", cluster, run[0], run[-1], exc)
             report.add(cluster, skipped=run)
@@ -183,14 +189,15 @@ def run_once(*, engine: Engine, source: MetricsSource | None = None, settings: S
     return report
 
 
-WorkerTask = Callable[[Engine, datetime], object]
+# A task is called with the engine and the worker's clock, which it reads each time it acts.
+WorkerTask = Callable[[Engine, Callable[[], datetime]], object]
 
 
-def run_tasks(tasks: Sequence[WorkerTask], *, engine: Engine, now: datetime) -> None:
+def run_tasks(tasks: Sequence[WorkerTask], *, engine: Engine, clock: Callable[[], datetime] = utcnow) -> None:
     """Run each task once; one failing task (a webhook receiver down, SMTP refusing) never stops the others."""
     for task in tasks:
         try:
-            task(engine, now)
+            task(engine, clock)
         except Exception:
             log.exception("worker task %s failed", getattr(task, "__name__", task))
 
@@ -208,6 +215,7 @@ def run_worker(*, engine: Engine | None = None, source: MetricsSource | None = N
     workers run the same tasks at the same time, so every task must claim the rows it acts on before
     acting (`SELECT ... FOR UPDATE SKIP LOCKED`, a conditional UPDATE of a status, or an advisory lock
     as `claim` does for hours) and record the outcome in the same transaction: no row is handled twice.
+    Each task gets the clock `now`, not a time: a lease or a retry is dated when it is taken.
     """
     settings = settings or get_settings()
     engine = engine or get_engine()
@@ -221,7 +229,7 @@ def run_worker(*, engine: Engine | None = None, source: MetricsSource | None = N
     total = WorkerReport()
     while True:
         try:
-            done = run_once(engine=engine, sources=sources, settings=settings, now=now(), backfill_start=backfill_start,
+            done = run_once(engine=engine, sources=sources, settings=settings, clock=now, backfill_start=backfill_start,
                             backfill_hours=backfill_hours, batch_hours=batch_hours, progress=progress)
         except Exception:
             if once:
@@ -229,7 +237,7 @@ def run_worker(*, engine: Engine | None = None, source: MetricsSource | None = N
             # A database hiccup must not end the worker: log it and try again next round.
             log.exception("ingestion round failed")
             done = WorkerReport(rounds=1)
-        run_tasks(tasks, engine=engine, now=now())
+        run_tasks(tasks, engine=engine, clock=now)
         total.merge(done)
         if done.ingested or done.gaps:
             log.info("ingested %d hours, %d gaps", len(done.ingested), len(done.gaps))

@@ -2,8 +2,8 @@
 
 A row is claimed (app/notify/outbox.py: PostgreSQL `FOR UPDATE SKIP LOCKED`, so two workers take
 different rows; SQLite the write lock) in a short transaction of its own that counts the attempt and sets a lease
-(`claimed_until`). The SMTP conversation happens outside any transaction; a second transaction
-marks the row sent or failed. A worker killed after the SMTP server accepted the message but before
+(`claimed_until`) from when the claim is taken. The SMTP conversation happens outside any transaction; a
+second transaction marks the row sent or failed, dated when the server answered. A worker killed after the SMTP server accepted the message but before
 that mark leaves the row claimed: once the lease has passed it is sent again, with the same
 Message-ID (at least once; a receiving system may deduplicate by it, a person sees two copies).
 Failures are retried with exponential backoff (1 minute doubling to 1 hour) for a day from the
@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import smtplib
 import ssl
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from email.message import EmailMessage
 
@@ -25,6 +26,7 @@ from sqlmodel import Session, select
 from app.core.db import unit_of_work
 from app.core.errors import Conflict, NotFound
 from app.core.settings import Settings, get_settings
+from app.core.timeutil import utcnow
 from app.notify.mail_compose import compose
 from app.notify.mail_models import MailSend, MailStatus
 from app.notify.mail_plan import DISABLED, plan
@@ -78,10 +80,13 @@ def send_smtp(*, settings: Settings, message: EmailMessage) -> dict[str, tuple[i
         return client.send_message(message)
 
 
-def claim_next(*, engine: Engine, settings: Settings, now: datetime) -> tuple[int, EmailMessage] | None:
+def claim_next(*, engine: Engine, settings: Settings,
+               clock: Callable[[], datetime] = utcnow) -> tuple[int, EmailMessage] | None:
     """Claim the next due row and build its message (committed); None when nothing is due."""
     while True:
         with unit_of_work(engine) as session:
+            write_lock(session)
+            now = clock()  # once SQLite's lock is held: the lease runs from when the claim is taken
             row = claim_first(session, due(MailSend, now, statuses=(MailStatus.PENDING, MailStatus.FAILED)), MailSend)
             if row is None:
                 return None
@@ -110,7 +115,8 @@ def claim_next(*, engine: Engine, settings: Settings, now: datetime) -> tuple[in
 
 
 def _mark(*, engine: Engine, row_id: int, now: datetime, error: str | None, note: str | None = None) -> MailSend:
-    """Record the attempt's outcome: sent (with `note` on refused recipients), or failed with `error`."""
+    """Record the attempt's outcome at `now`, when the server answered: sent (with `note` on refused recipients),
+    or failed with `error`."""
     with unit_of_work(engine) as session:
         write_lock(session)
         row = session.get(MailSend, row_id)
@@ -126,11 +132,12 @@ def _mark(*, engine: Engine, row_id: int, now: datetime, error: str | None, note
         return row
 
 
-def deliver_due(*, engine: Engine, settings: Settings, now: datetime, limit: int = 200) -> list[MailSend]:
+def deliver_due(*, engine: Engine, settings: Settings, clock: Callable[[], datetime] = utcnow,
+                limit: int = 200) -> list[MailSend]:
     """Send due rows one by one (at most `limit`); each outcome is committed before the next."""
     done = []
     for _ in range(limit):
-        claimed = claim_next(engine=engine, settings=settings, now=now)
+        claimed = claim_next(engine=engine, settings=settings, clock=clock)
         if claimed is None:
             break
         row_id, message = claimed
@@ -145,18 +152,19 @@ def deliver_due(*, engine: Engine, settings: Settings, now: datetime, limit: int
         except Exception as exc:  # anything else: recorded and retried like a refusal, never left claimed
             error = smtp_reason(exc)
             log.exception("mail %s not sent", row_id)
-        done.append(_mark(engine=engine, row_id=row_id, now=now, error=error, note=note))
+        done.append(_mark(engine=engine, row_id=row_id, now=clock(), error=error, note=note))
     return done
 
 
-def mail_task(engine: Engine, now: datetime, *, settings: Settings | None = None) -> list[MailSend]:
+def mail_task(engine: Engine, clock: Callable[[], datetime] = utcnow, *,
+              settings: Settings | None = None) -> list[MailSend]:
     """The worker task: plan messages for new events, then send what is due (nothing when mail is disabled)."""
     settings = settings or get_settings()
     with unit_of_work(engine) as session:
-        plan(session=session, settings=settings, now=now)
+        plan(session=session, settings=settings, clock=clock)
     if not settings.smtp_host:
         return []
-    return deliver_due(engine=engine, settings=settings, now=now)
+    return deliver_due(engine=engine, settings=settings, clock=clock)
 
 
 def recent_sends(*, session: Session, limit: int = 50) -> list[MailSend]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from datetime import datetime
 
 from sqlmodel import Session, select
@@ -19,6 +20,7 @@ from app.billing.invoices import load_view
 from app.billing.models import BillingPeriod
 from app.core.events import Event
 from app.core.settings import Settings
+from app.core.timeutil import utcnow
 from app.notify.mail_models import FINANCE, MailKind, MailPlanned, MailSend, MailStatus
 from app.notify.outbox import try_plan_lock, unplanned_events
 
@@ -47,10 +49,12 @@ def _messages(session: Session, event: Event) -> list[tuple[str, str, str | None
     return [(MailKind.INVOICE.value, t, month) for t in tenants] + [(MailKind.REPORT.value, FINANCE, month)]
 
 
-def plan(*, session: Session, settings: Settings, now: datetime, limit: int = 100) -> list[MailSend]:
+def plan(*, session: Session, settings: Settings, clock: Callable[[], datetime] = utcnow,
+         limit: int = 100) -> list[MailSend]:
     """Record the messages of events not planned yet (flush, never commit); [] if another planner is at it."""
     if not try_plan_lock(session, PLAN_LOCK):
         return []
+    now = clock()  # once the lock is held: no message dated before its event
     events = unplanned_events(session, planned=MailPlanned, types=MAIL_EVENTS, limit=limit)
     rows = []
     for event in events:

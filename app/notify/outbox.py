@@ -5,6 +5,8 @@ A delivery table has `status`, `next_attempt_at` (due from then; None: not sched
 `claimed_until` (a worker is at it; another takes it only after this lease). Claiming happens in a
 short transaction of its own: PostgreSQL `FOR UPDATE SKIP LOCKED` (two workers take different rows),
 SQLite the database write lock taken at BEGIN (the second worker waits, then sees the first's claim).
+Every time here (due, lease, next attempt) is read from the clock when the claim or the outcome is
+written, never a time carried over from the start of a round.
 """
 
 from __future__ import annotations
@@ -71,10 +73,13 @@ def write_lock(session: Session) -> None:
 
 
 def claim_first(session: Session, statement, model: Any):
-    """The first row of `statement` (rows of `model`) that no other transaction is claiming, locked until commit."""
+    """The first row of `statement` (rows of `model`) that no other transaction is claiming, locked until commit.
+
+    On SQLite the caller has taken `write_lock` first, and read the clock for `statement` and the lease after it:
+    the wait for another worker's commit must not shorten the lease.
+    """
     if is_postgres(session):
         return session.exec(statement.limit(1).with_for_update(skip_locked=True, of=model)).first()
-    write_lock(session)
     return session.exec(statement.limit(1)).first()
 
 

@@ -3,8 +3,8 @@
 Planning gives each new event one delivery row per active subscription that wants its type (and
 existed when it happened), once, under a lock (app/notify/outbox.py, shared with e-mail). Each
 delivery is claimed in a short transaction of its own that counts the attempt, writes the attempt's
-row and sets a lease; the POST happens outside any transaction; a second transaction records the
-outcome. A worker killed between the receiver's answer and that record leaves the claim: once the
+row and sets a lease, all dated when the claim is taken; the POST happens outside any transaction; a
+second transaction records the outcome, its retry dated from when the attempt ended. A worker killed between the receiver's answer and that record leaves the claim: once the
 lease has passed the delivery is sent again with the same `webhook-id` (the event id), so delivery is
 at least once and receivers deduplicate by that header.
 
@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -34,7 +35,7 @@ from app.core.db import unit_of_work
 from app.core.errors import Conflict, NotFound
 from app.core.events import EVENT_TYPES, Event
 from app.core.settings import Settings, get_settings
-from app.core.timeutil import aware
+from app.core.timeutil import aware, utcnow
 from app.notify.outbox import Backoff, claim_first, due, try_plan_lock, unplanned_events, write_lock
 from app.notify.webhook_http import Outcome, post
 from app.notify.webhook_models import (
@@ -78,10 +79,11 @@ def _iso(when: datetime) -> str:
     return when.isoformat().replace("+00:00", "Z")
 
 
-def plan(*, session: Session, now: datetime, limit: int = 500) -> list[WebhookDelivery]:
+def plan(*, session: Session, clock: Callable[[], datetime] = utcnow, limit: int = 500) -> list[WebhookDelivery]:
     """Record the deliveries of events not planned yet (flush, never commit); [] if another planner is at it."""
     if not try_plan_lock(session, PLAN_LOCK):
         return []
+    now = clock()  # once the lock is held: no delivery dated before its event
     events = unplanned_events(session, planned=WebhookPlanned, types=EVENT_TYPES, limit=limit)
     if not events:
         return []
@@ -114,13 +116,16 @@ class Claimed:
     first_attempt_at: datetime
 
 
-def claim_next(*, engine: Engine, settings: Settings, now: datetime, exclude: set[int] = frozenset()) -> Claimed | None:
+def claim_next(*, engine: Engine, settings: Settings, clock: Callable[[], datetime] = utcnow,
+               exclude: set[int] = frozenset()) -> Claimed | None:
     """Claim the next due delivery of an active subscription not in `exclude` (committed); None when none is due.
 
     One SELECT (the delivery locked, its subscription and event joined), one UPDATE, one INSERT: the
     bookkeeping a delivery costs on top of its request is a few round trips.
     """
     with unit_of_work(engine) as session:
+        write_lock(session)
+        now = clock()  # once SQLite's lock is held: the lease runs from when the claim is taken
         statement = (
             due(WebhookDelivery, now, statuses=RETRYABLE, also=(WebhookSubscription, Event))
             .join(WebhookSubscription, WebhookSubscription.id == WebhookDelivery.subscription_id)
@@ -156,8 +161,9 @@ def send(claimed: Claimed, *, settings: Settings) -> Outcome:
 
 
 def record_outcome(*, engine: Engine, settings: Settings, claimed: Claimed, outcome: Outcome,
-                   now: datetime) -> WebhookDelivery:
+                   clock: Callable[[], datetime] = utcnow) -> WebhookDelivery:
     """Complete the attempt's row and the delivery: delivered, or failed and scheduled (or given up)."""
+    now = clock()  # the attempt has just ended: the retry's delay counts from here
     values: dict = {"claimed_until": None, "last_status_code": outcome.status}
     if outcome.ok:
         values |= {"status": DeliveryStatus.DELIVERED, "delivered_at": now, "next_attempt_at": None, "last_error": None}
@@ -181,14 +187,10 @@ def record_outcome(*, engine: Engine, settings: Settings, claimed: Claimed, outc
         return row
 
 
-def deliver_due(*, engine: Engine, settings: Settings, now: datetime, limit: int = 500) -> list[WebhookDelivery]:
+def deliver_due(*, engine: Engine, settings: Settings, clock: Callable[[], datetime] = utcnow,
+                limit: int = 500) -> list[WebhookDelivery]:
     """Send due deliveries (at most `limit`) with `webhook_concurrency` requests in flight; each outcome is
-    committed as it comes. The round's clock starts at `now` and advances with real time."""
-    began = time.monotonic()
-
-    def clock() -> datetime:
-        return now + timedelta(seconds=time.monotonic() - began)
-
+    committed as it comes."""
     lock = threading.Lock()
     in_flight: Counter[int] = Counter()
     unreachable: set[int] = set()  # no HTTP answer this round: its other deliveries wait for the next
@@ -203,7 +205,7 @@ def deliver_due(*, engine: Engine, settings: Settings, now: datetime, limit: int
                     return
                 busy = {s for s, n in in_flight.items() if n >= per_subscription}
                 try:
-                    claimed = claim_next(engine=engine, settings=settings, now=clock(), exclude=unreachable | busy)
+                    claimed = claim_next(engine=engine, settings=settings, clock=clock, exclude=unreachable | busy)
                 except Exception:
                     log.exception("cannot claim a webhook delivery")
                     return
@@ -216,7 +218,7 @@ def deliver_due(*, engine: Engine, settings: Settings, now: datetime, limit: int
                 log.warning("webhook %s to %s: %s", claimed.event_id, claimed.url,
                             outcome.error or f"HTTP {outcome.status}")
             try:
-                row = record_outcome(engine=engine, settings=settings, claimed=claimed, outcome=outcome, now=clock())
+                row = record_outcome(engine=engine, settings=settings, claimed=claimed, outcome=outcome, clock=clock)
             except Exception:  # the claim lapses and the delivery is sent again: at least once
                 log.exception("cannot record the outcome of webhook delivery %s", claimed.delivery_id)
                 row = None
@@ -236,12 +238,13 @@ def deliver_due(*, engine: Engine, settings: Settings, now: datetime, limit: int
     return done
 
 
-def webhook_task(engine: Engine, now: datetime, *, settings: Settings | None = None) -> list[WebhookDelivery]:
+def webhook_task(engine: Engine, clock: Callable[[], datetime] = utcnow, *,
+                 settings: Settings | None = None) -> list[WebhookDelivery]:
     """The worker task: plan deliveries of new events, then send what is due."""
     settings = settings or get_settings()
     with unit_of_work(engine) as session:
-        plan(session=session, now=now)
-    return deliver_due(engine=engine, settings=settings, now=now)
+        plan(session=session, clock=clock)
+    return deliver_due(engine=engine, settings=settings, clock=clock)
 
 
 def redeliver(*, session: Session, subscription_id: int, delivery_id: int, now: datetime) -> WebhookDelivery:

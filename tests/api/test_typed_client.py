@@ -181,7 +181,7 @@ async def drive(client: httpx.AsyncClient, session) -> list[Answer]:
     wid = {"webhook_id": hook["id"]}
     await call("fay", "POST", "/periods/{period}/corrections", expect=201, path={"period": "2026-11"},
                json={"line_id": invoice["lines"][0]["line_id"], "amount": "0.10", "reason": "goodwill undone"})
-    [delivery] = plan(session=session, now=utcnow())
+    [delivery] = plan(session=session)
     await call("ada", "GET", "/webhooks")
     await call("ada", "PATCH", "/webhooks/{webhook_id}", path=wid, json={"description": "ERP (prod)"})
     await call("ada", "GET", "/webhooks/{webhook_id}", path=wid)

@@ -24,6 +24,7 @@ from app.core.events import Event
 from app.metrics.worker import run_tasks
 from app.notify.mail_models import MailSend
 from tests.support.budgets import steady as every_hour_alike
+from tests.support.clock import frozen
 
 NOW = datetime(2026, 10, 20, tzinfo=UTC)
 
@@ -51,7 +52,7 @@ def test_thresholds_crossed_by_cost_and_by_forecast_are_raised_once_each(fresh_e
     set_budget(fresh_engine, "tenant", "vision", "1000")
     set_budget(fresh_engine, "department", "research", "1800", [25, 50])
     set_budget(fresh_engine, "tenant", "search", "5000")  # 580.32 forecast: far below 50 %
-    first = budget_task(fresh_engine, NOW)
+    first = budget_task(fresh_engine, frozen(NOW))
     assert sorted((e.data["tenant"] or e.data["department"], e.data["threshold_percent"], e.data["basis"])
                   for e in first) == [("research", 25, "actual"), ("research", 25, "forecast"),
                                       ("research", 50, "forecast"), ("vision", 50, "actual"),
@@ -65,10 +66,10 @@ def test_thresholds_crossed_by_cost_and_by_forecast_are_raised_once_each(fresh_e
                     and e.data["threshold_percent"] == 50]
     assert department.tenant is None and department.data["department"] == "research"
     assert (department.data["amount"], department.data["budget"]) == ("967.20", "1800.00")
-    assert budget_task(fresh_engine, NOW) == []  # the same round again (a restart): nothing new
-    assert budget_task(fresh_engine, NOW + timedelta(hours=5)) == []  # later, nothing crossed anew
+    assert budget_task(fresh_engine, frozen(NOW)) == []  # the same round again (a restart): nothing new
+    assert budget_task(fresh_engine, frozen(NOW + timedelta(hours=5))) == []  # later, nothing crossed anew
     # a week on: 26 days x 24 x 1.30 = 811.20 so far reaches 80 % by cost too
-    later = budget_task(fresh_engine, NOW + timedelta(days=7))
+    later = budget_task(fresh_engine, frozen(NOW + timedelta(days=7)))
     assert [(e.data["threshold_percent"], e.data["basis"], e.data["amount"]) for e in later] == [(80, "actual", "811.20")]
     assert len(recorded(fresh_engine)) == 7
 
@@ -76,16 +77,16 @@ def test_thresholds_crossed_by_cost_and_by_forecast_are_raised_once_each(fresh_e
 def test_a_new_amount_arms_the_thresholds_again_and_a_short_history_raises_no_forecast(fresh_engine):
     steady(fresh_engine, months=("2026-10",))  # no September: 19 days of history, enough
     set_budget(fresh_engine, "tenant", "vision", "1000")
-    assert {(e.data["threshold_percent"], e.data["basis"]) for e in budget_task(fresh_engine, NOW)} == {
+    assert {(e.data["threshold_percent"], e.data["basis"]) for e in budget_task(fresh_engine, frozen(NOW))} == {
         (50, "actual"), (50, "forecast"), (80, "forecast")}
     set_budget(fresh_engine, "tenant", "vision", "900")
-    again = budget_task(fresh_engine, NOW)
+    again = budget_task(fresh_engine, frozen(NOW))
     assert {(e.data["threshold_percent"], e.data["basis"], e.data["budget"]) for e in again} == {
         (50, "actual", "900.00"), (50, "forecast", "900.00"), (80, "forecast", "900.00"), (100, "forecast", "900.00")}
     # three days into October, three days of history: the cost so far counts, the forecast does not yet
     early = NOW.replace(day=4)
     set_budget(fresh_engine, "tenant", "etl", "5", [10, 50, 100])  # 72 h x 0.13 = 9.36 so far
-    assert {(e.data["threshold_percent"], e.data["basis"]) for e in budget_task(fresh_engine, early)
+    assert {(e.data["threshold_percent"], e.data["basis"]) for e in budget_task(fresh_engine, frozen(early))
             if e.data["tenant"] == "etl"} == {(10, "actual"), (50, "actual"), (100, "actual")}
 
 
@@ -94,7 +95,7 @@ def test_the_month_just_ended_is_looked_at_for_a_day_by_its_cost_only(fresh_engi
     assert months_to_check(datetime(2026, 11, 2, 0, 30, tzinfo=UTC)) == [("2026-11", True)]
     steady(fresh_engine)
     set_budget(fresh_engine, "tenant", "vision", "960")
-    events = budget_task(fresh_engine, datetime(2026, 11, 1, 0, 30, tzinfo=UTC))
+    events = budget_task(fresh_engine, frozen(datetime(2026, 11, 1, 0, 30, tzinfo=UTC)))
     october = sorted((e.data["threshold_percent"], e.data["basis"]) for e in events if e.data["month"] == "2026-10")
     assert october == [(50, "actual"), (80, "actual"), (100, "actual")]  # 967.20 over the whole month
     november = sorted((e.data["threshold_percent"], e.data["basis"]) for e in events if e.data["month"] == "2026-11")
@@ -106,7 +107,7 @@ def test_the_worker_round_raises_the_event_and_plans_its_mail(fresh_engine):
     steady(fresh_engine)
     set_budget(fresh_engine, "tenant", "vision", "1000", [50])
     set_budget(fresh_engine, "department", "research", "1000", [50])
-    run_tasks(WORKER_TASKS, engine=fresh_engine, now=NOW)
+    run_tasks(WORKER_TASKS, engine=fresh_engine, clock=frozen(NOW))
     with Session(fresh_engine) as session:
         sends = session.exec(select(MailSend).where(MailSend.kind == "budget").order_by(MailSend.audience)).all()
     # mail is disabled in the tests (no SMTP host): each planned message is recorded as skipped
@@ -129,7 +130,7 @@ while not Path(go).exists():  # start together with the other worker
     if time.monotonic() > deadline:
         sys.exit("no start signal")
     time.sleep(0.005)  # state-free: polls for the start file
-print(len(budget_task(engine, datetime.fromisoformat(now))))
+print(len(budget_task(engine, lambda: datetime.fromisoformat(now))))
 """
 
 
@@ -166,4 +167,4 @@ def test_two_worker_processes_racing_raise_each_event_once(fresh_engine, tmp_pat
     expected |= {("research", "2026-10", 50, "actual", "592.80"), ("research", "2026-10", 50, "forecast", "967.20"),
                  ("research", "2026-10", 80, "forecast", "967.20")}
     assert set(found) == expected
-    assert budget_task(fresh_engine, NOW) == []  # and a third worker, later, adds nothing
+    assert budget_task(fresh_engine, frozen(NOW)) == []  # and a third worker, later, adds nothing

@@ -22,6 +22,7 @@ from app.billing.rating_sql import rate_stored
 from app.metrics.models import BreachMinuteRollup, BreachShare, PoolHourModel, PoolHourRollup, UsageRollup
 from tests.billing.conftest import OCT1
 from tests.support.billing import POOL, add_hour, store_policy
+from tests.support.clock import frozen
 
 HOURS = [OCT1 + timedelta(hours=i) for i in range(3)]
 START, END = OCT1, OCT1 + timedelta(days=31)
@@ -123,8 +124,8 @@ def _committed_hours(engine) -> None:
 def test_the_worker_task_stores_the_hours_just_ingested_once(fresh_engine):
     _committed_hours(fresh_engine)
     now = HOURS[-1] + timedelta(hours=2)
-    assert hour_rates_task(fresh_engine, now) == Stored(stored=3, refused=0)
-    assert hour_rates_task(fresh_engine, now) == Stored()
+    assert hour_rates_task(fresh_engine, frozen(now)) == Stored(stored=3, refused=0)
+    assert hour_rates_task(fresh_engine, frozen(now)) == Stored()
     with Session(fresh_engine) as s:
         assert _stored(s) == 3 and not missing(s)
         assert store_missing(s, start=START, end=END) == Stored()  # the month's rating has nothing to store
@@ -134,8 +135,8 @@ def test_a_worker_skips_the_round_while_another_holds_the_rates_lock(pg_engine):
     _committed_hours(pg_engine)
     with pg_engine.connect() as other, other.begin():
         assert other.execute(select(func.pg_try_advisory_xact_lock(ADVISORY_LOCK))).scalar()
-        assert hour_rates_task(pg_engine, HOURS[-1] + timedelta(hours=2)) == Stored()
-    assert hour_rates_task(pg_engine, HOURS[-1] + timedelta(hours=2)).stored == 3
+        assert hour_rates_task(pg_engine, frozen(HOURS[-1] + timedelta(hours=2))) == Stored()
+    assert hour_rates_task(pg_engine, frozen(HOURS[-1] + timedelta(hours=2))).stored == 3
 
 
 def test_a_reingestion_during_a_fill_waits_for_it_and_removes_what_it_stored(pg_engine):

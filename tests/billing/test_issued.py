@@ -103,16 +103,16 @@ def test_a_crash_while_issuing_leaves_the_period_finalized_and_pending_and_the_n
         return original(view, tenant)
 
     monkeypatch.setattr(pdf, "render_invoice_pdf", dies_on_the_second)
-    assert issuing.issue_task(fresh_engine, OCT1) == []  # logged, left for the next round
+    assert issuing.issue_task(fresh_engine) == []  # logged, left for the next round
     with unit_of_work(fresh_engine) as s:
         row = periods.get_period(session=s, month="2026-10")
         assert row.status == "finalized" and issued.is_pending(row)
         assert s.execute(select(func.count()).select_from(IssuedDocument)).scalar_one() == 0
         assert _finalized_events(s) == [] and issuing.pending_months(s) == ["2026-10"]
     monkeypatch.undo()
-    [done] = issuing.issue_task(fresh_engine, OCT1)
+    [done] = issuing.issue_task(fresh_engine)
     assert done.month == "2026-10" and done.documents == 4 + 3
-    assert issuing.issue_task(fresh_engine, OCT1) == []
+    assert issuing.issue_task(fresh_engine) == []
     with unit_of_work(fresh_engine) as s:
         assert len(_documents(s)) == 4 + 3 and len(_finalized_events(s)) == 1 and issuing.pending_months(s) == []
 

@@ -66,7 +66,7 @@ def portal(tmp_path_factory):
     with unit_of_work(engine) as session:
         for month in months:
             periods.rate(session=session, period=month, actor="seed")
-    webhook_task(engine, utcnow(), settings=Settings(webhook_connect_timeout_s=1, webhook_deadline_s=2))
+    webhook_task(engine, settings=Settings(webhook_connect_timeout_s=1, webhook_deadline_s=2))
     engine.dispose()
 
     try:

@@ -214,7 +214,7 @@ def test_finance_closes_a_period(portal, sessions, console):
     expect(fin.locator("#documents-pending")).to_contain_text("Documents being issued")
     engine = make_engine(portal["url"])
     try:
-        assert issuing.issue_task(engine, utcnow())
+        assert issuing.issue_task(engine)
     finally:
         engine.dispose()
     fin.reload()

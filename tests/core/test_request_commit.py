@@ -235,12 +235,12 @@ def test_refused_commit_after_the_issued_documents_leaves_none(pg_portal, fresh_
     assert closed.status_code == 200 and closed.json()["documents"] == "pending"
     assert state() == ("finalized", False, 0, 0)
     _refuse_commits_on(fresh_engine, "issued_document")
-    assert issue_task(fresh_engine, OCT1) == []  # refused at COMMIT: logged, left pending
+    assert issue_task(fresh_engine) == []  # refused at COMMIT: logged, left pending
     assert state() == ("finalized", False, 0, 0) and _audit(fresh_engine, "billing.issue") == 0
     _allow_commits_on(fresh_engine, "issued_document")
-    [done] = issue_task(fresh_engine, OCT1)
+    [done] = issue_task(fresh_engine)
     assert done.documents == 4 + 3  # CSV, FOCUS, PDF, report + the three tenants' invoices
-    assert issue_task(fresh_engine, OCT1) == []
+    assert issue_task(fresh_engine) == []
     assert state() == ("finalized", True, 4 + 3, 1) and _audit(fresh_engine, "billing.issue") == 1
 
 

@@ -18,6 +18,7 @@ from app.metrics.reconcile.source import ReconcileSource
 from app.metrics.reconcile.store import check_states
 from app.metrics.reconcile.task import DAY, reconcile_task
 from tests.support import reconcile as field
+from tests.support.clock import frozen
 from tests.support.ingest import add_policy
 from tests.support.prometheus import PrometheusServer
 
@@ -38,7 +39,7 @@ def ingest(engine, prom, start, end) -> None:
 
 
 def run(engine, prom, now):
-    return reconcile_task(engine, now, settings=get_settings(), sources={"default": ReconcileSource(prom.url)})
+    return reconcile_task(engine, frozen(now), settings=get_settings(), sources={"default": ReconcileSource(prom.url)})
 
 
 def states(engine, start, end) -> dict:

@@ -33,6 +33,7 @@ from app.notify.mail_models import MailSend
 from app.notify.mail_plan import DISABLED
 from app.notify.webhook_deliver import webhook_task
 from tests.support.billing import add_hour, store_policy
+from tests.support.clock import frozen
 from tests.support.server import free_port
 from tests.support.smtp import PASSWORD, USER, self_signed, smtp_server
 from tests.support.threads import at_once
@@ -71,7 +72,7 @@ def close_october(engine, *, issue: bool = True) -> None:
     with unit_of_work(engine) as s:
         periods.close(session=s, period="2026-10", actor="fin", accept_gaps=True, reason="two test hours")
     if issue:
-        assert issue_task(engine, NOW)
+        assert issue_task(engine)
 
 
 def sends(engine) -> dict[tuple[str, str], MailSend]:
@@ -96,7 +97,7 @@ def test_a_closed_month_mails_each_invoice_and_the_report_once(fresh_engine, tmp
     docs = issued(fresh_engine)
     with smtp_server(tmp_path) as server:
         settings = settings_for(server.port)
-        mail_task(fresh_engine, NOW, settings=settings)
+        mail_task(fresh_engine, frozen(NOW), settings=settings)
         got = by_subject(server)
         assert sorted(got) == ["Invoice 2026-10: search", "Invoice 2026-10: vision",
                                "Monthly GPU chargeback report 2026-10"]
@@ -117,9 +118,9 @@ def test_a_closed_month_mails_each_invoice_and_the_report_once(fresh_engine, tmp
         assert etl.status == "skipped" and "no address configured for tenant etl" in etl.last_error
 
         # Again, and as a restarted worker would (the task the CLI hands the worker, a later clock): no copy.
-        mail_task(fresh_engine, NOW + timedelta(minutes=5), settings=settings)
-        run_tasks([lambda engine, now: mail_task(engine, now, settings=settings)], engine=fresh_engine,
-                  now=NOW + timedelta(days=2))
+        mail_task(fresh_engine, frozen(NOW + timedelta(minutes=5)), settings=settings)
+        run_tasks([lambda engine, clock: mail_task(engine, clock, settings=settings)], engine=fresh_engine,
+                  clock=frozen(NOW + timedelta(days=2)))
         assert len(server.received()) == 3
         assert mail_task in WORKER_TASKS
 
@@ -128,12 +129,12 @@ def test_mail_waits_for_the_issuing_step_and_then_attaches_what_it_stored(fresh_
     close_october(fresh_engine, issue=False)
     with smtp_server(tmp_path) as server:
         settings = settings_for(server.port)
-        mail_task(fresh_engine, NOW, settings=settings)  # finalized, documents pending: no event yet, no mail
+        mail_task(fresh_engine, frozen(NOW), settings=settings)  # finalized, documents pending: no event yet, no mail
         assert server.received() == [] and sends(fresh_engine) == {} and issued(fresh_engine) == {}
         # The worker's order: the issuing step before mail, so one round issues and mails.
         assert WORKER_TASKS == [hour_rates_task, budget_task, issue_task, mail_task, webhook_task, reconcile_task]
-        run_tasks([issue_task, lambda engine, now: mail_task(engine, now, settings=settings)], engine=fresh_engine,
-                  now=NOW)
+        run_tasks([issue_task, lambda engine, clock: mail_task(engine, clock, settings=settings)], engine=fresh_engine,
+                  clock=frozen(NOW))
         docs = issued(fresh_engine)
         got = by_subject(server)
         assert len(server.received()) == 3
@@ -144,7 +145,7 @@ def test_mail_waits_for_the_issuing_step_and_then_attaches_what_it_stored(fresh_
 def test_a_wrong_password_fails_with_the_reply_and_is_retried(fresh_engine, tmp_path):
     close_october(fresh_engine)  # the close itself never depends on mail
     with smtp_server(tmp_path) as server:
-        mail_task(fresh_engine, NOW, settings=settings_for(server.port, smtp_password="wrong"))
+        mail_task(fresh_engine, frozen(NOW), settings=settings_for(server.port, smtp_password="wrong"))
         rows = sends(fresh_engine)
         failed = rows[("invoice", "vision")]
         assert failed.status == "failed" and failed.attempts == 1
@@ -152,10 +153,10 @@ def test_a_wrong_password_fails_with_the_reply_and_is_retried(fresh_engine, tmp_
         assert failed.next_attempt_at == NOW + timedelta(minutes=1)
         assert server.received() == []
         # Not due yet: nothing tried.
-        mail_task(fresh_engine, NOW + timedelta(seconds=30), settings=settings_for(server.port))
+        mail_task(fresh_engine, frozen(NOW + timedelta(seconds=30)), settings=settings_for(server.port))
         assert sends(fresh_engine)[("invoice", "vision")].attempts == 1
         # The password fixed, the retry goes out.
-        mail_task(fresh_engine, NOW + timedelta(minutes=1), settings=settings_for(server.port))
+        mail_task(fresh_engine, frozen(NOW + timedelta(minutes=1)), settings=settings_for(server.port))
         row = sends(fresh_engine)[("invoice", "vision")]
         assert (row.status, row.attempts, row.last_error) == ("sent", 2, None)
         assert len(server.received()) == 3
@@ -165,14 +166,14 @@ def test_server_down_leaves_sends_failed_and_retried_with_backoff(fresh_engine, 
     close_october(fresh_engine)
     port = free_port()  # nothing listens here yet
     settings = settings_for(port)
-    mail_task(fresh_engine, NOW, settings=settings)
+    mail_task(fresh_engine, frozen(NOW), settings=settings)
     row = sends(fresh_engine)[("report", "")]
     assert row.status == "failed" and "ConnectionRefusedError" in row.last_error
-    mail_task(fresh_engine, NOW + timedelta(minutes=1), settings=settings)
+    mail_task(fresh_engine, frozen(NOW + timedelta(minutes=1)), settings=settings)
     row = sends(fresh_engine)[("report", "")]
     assert row.attempts == 2 and row.next_attempt_at == NOW + timedelta(minutes=3)  # 1, then 2 minutes
     with smtp_server(tmp_path, port=port) as server:
-        mail_task(fresh_engine, NOW + timedelta(minutes=3), settings=settings)
+        mail_task(fresh_engine, frozen(NOW + timedelta(minutes=3)), settings=settings)
         assert {r.status for r in sends(fresh_engine).values()} == {"sent", "skipped"}
         assert len(server.received()) == 3
 
@@ -195,13 +196,13 @@ def test_a_document_not_issued_yet_keeps_its_send_pending_without_an_attempt(fre
         s.execute(delete(IssuedDocument).where(IssuedDocument.tenant == "vision"))
     with smtp_server(tmp_path) as server:
         settings = settings_for(server.port)
-        mail_task(fresh_engine, NOW, settings=settings)
+        mail_task(fresh_engine, frozen(NOW), settings=settings)
         row = sends(fresh_engine)[("invoice", "vision")]
         assert (row.status, row.attempts) == ("pending", 0) and "not issued yet" in row.last_error
         assert len(server.received()) == 2  # search's invoice and the report
         with unit_of_work(fresh_engine) as s:
             s.execute(insert(IssuedDocument), [kept])
-        mail_task(fresh_engine, NOW + timedelta(minutes=1), settings=settings)
+        mail_task(fresh_engine, frozen(NOW + timedelta(minutes=1)), settings=settings)
         row = sends(fresh_engine)[("invoice", "vision")]
         assert (row.status, row.attempts) == ("sent", 1)
         [received] = by_subject(server)["Invoice 2026-10: vision"]
@@ -215,13 +216,13 @@ def test_a_send_interrupted_after_smtp_accepted_it_is_resent_with_the_same_messa
         with unit_of_work(fresh_engine) as s:
             from app.notify.mail_plan import plan
 
-            plan(session=s, settings=settings, now=NOW)
-        row_id, message = claim_next(engine=fresh_engine, settings=settings, now=NOW)
+            plan(session=s, settings=settings, clock=frozen(NOW))
+        row_id, message = claim_next(engine=fresh_engine, settings=settings, clock=frozen(NOW))
         send_smtp(settings=settings, message=message)  # the worker dies here, before marking the row
-        mail_task(fresh_engine, NOW + timedelta(minutes=1), settings=settings)  # restarted: the claim still holds
+        mail_task(fresh_engine, frozen(NOW + timedelta(minutes=1)), settings=settings)  # restarted: the claim still holds
         first = [r for r in server.received() if mid(r) == message["Message-ID"]]
         assert len(first) == 1 and len(server.received()) == 3
-        mail_task(fresh_engine, NOW + lease(settings), settings=settings)  # the lease over: sent again
+        mail_task(fresh_engine, frozen(NOW + lease(settings)), settings=settings)  # the lease over: sent again
         copies = [r for r in server.received() if mid(r) == message["Message-ID"]]
         assert len(copies) == 2 and len(server.received()) == 4
         with Session(fresh_engine) as s:
@@ -237,8 +238,8 @@ def test_two_workers_at_once_send_each_message_once(fresh_engine, tmp_path):
                 emit(session=s, type="budget.threshold", key=f"b{n}",
                      payload={"tenant": "vision", "department": None, "month": "2026-11", "threshold_percent": 50 + n,
                               "basis": "actual", "amount": "500.00", "budget": "1000.00"})
-        mail_task(fresh_engine, NOW - timedelta(hours=1), settings=settings_for(free_port()))  # plan only: all fail
-        assert at_once(lambda: deliver_due(engine=fresh_engine, settings=settings, now=NOW)) == []
+        mail_task(fresh_engine, frozen(NOW - timedelta(hours=1)), settings=settings_for(free_port()))  # plan only: all fail
+        assert at_once(lambda: deliver_due(engine=fresh_engine, settings=settings, clock=frozen(NOW))) == []
         ids = [mid(r) for r in server.received()]
         assert len(ids) == 9 and len(set(ids)) == 9  # 2 invoices, the report, 6 alerts: each once
 
@@ -253,7 +254,7 @@ def test_budget_alerts_go_to_the_tenant_or_to_finance(fresh_engine, tmp_path):
              payload={"tenant": None, "department": "research", "month": "2026-11", "threshold_percent": 100,
                       "basis": "actual", "amount": "2050.00", "budget": "2000.00"})
     with smtp_server(tmp_path) as server:
-        mail_task(fresh_engine, NOW, settings=settings_for(server.port))
+        mail_task(fresh_engine, frozen(NOW), settings=settings_for(server.port))
         got = by_subject(server)
         [tenant] = got["Budget alert 2026-11: Tenant vision at 80 %"]
         assert sorted(tenant.recipients) == CONTACTS["vision"]
@@ -265,13 +266,13 @@ def test_budget_alerts_go_to_the_tenant_or_to_finance(fresh_engine, tmp_path):
 
 def test_mail_disabled_records_skipped_and_retry_now_sends_it(fresh_engine, tmp_path):
     close_october(fresh_engine)
-    assert mail_task(fresh_engine, NOW, settings=Settings(smtp_host=None, finance_recipients=FINANCE)) == []
+    assert mail_task(fresh_engine, frozen(NOW), settings=Settings(smtp_host=None, finance_recipients=FINANCE)) == []
     rows = sends(fresh_engine)
     assert {r.status for r in rows.values()} == {"skipped"} and rows[("report", "")].last_error == DISABLED
     with unit_of_work(fresh_engine) as s:
         retry_now(session=s, send_id=rows[("report", "")].id, now=NOW)
     with smtp_server(tmp_path) as server:
-        mail_task(fresh_engine, NOW + timedelta(minutes=1), settings=settings_for(server.port))
+        mail_task(fresh_engine, frozen(NOW + timedelta(minutes=1)), settings=settings_for(server.port))
         assert list(by_subject(server)) == ["Monthly GPU chargeback report 2026-10"]
     assert sends(fresh_engine)[("report", "")].status == "sent"
 
@@ -281,9 +282,9 @@ def test_starttls_with_a_private_ca(fresh_engine, tmp_path):
     cert, key = self_signed(tmp_path)
     with smtp_server(tmp_path, cert=(cert, key)) as server:
         # Without the CA the certificate is refused, and the reason says so.
-        mail_task(fresh_engine, NOW, settings=settings_for(server.port, smtp_starttls=True))
+        mail_task(fresh_engine, frozen(NOW), settings=settings_for(server.port, smtp_starttls=True))
         assert "CERTIFICATE_VERIFY_FAILED" in sends(fresh_engine)[("report", "")].last_error
-        mail_task(fresh_engine, NOW + timedelta(minutes=1),
+        mail_task(fresh_engine, frozen(NOW + timedelta(minutes=1)),
                   settings=settings_for(server.port, smtp_starttls=True, smtp_ca_file=str(cert)))
         assert len(server.received()) == 3
 
@@ -292,7 +293,7 @@ def test_implicit_tls(fresh_engine, tmp_path):
     close_october(fresh_engine)
     cert, key = self_signed(tmp_path)
     with smtp_server(tmp_path, cert=(cert, key), implicit_tls=True) as server:
-        mail_task(fresh_engine, NOW, settings=settings_for(server.port, smtp_ssl=True, smtp_ca_file=str(cert)))
+        mail_task(fresh_engine, frozen(NOW), settings=settings_for(server.port, smtp_ssl=True, smtp_ca_file=str(cert)))
         assert len(server.received()) == 3
         assert {r.status for r in sends(fresh_engine).values()} == {"sent", "skipped"}
 

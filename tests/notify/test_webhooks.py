@@ -33,6 +33,7 @@ from app.notify.webhook_subscriptions import (
     update_subscription,
 )
 from tests.support.billing import add_hour, store_policy
+from tests.support.clock import frozen
 from tests.support.server import free_port
 from tests.support.smtp import self_signed
 from tests.support.threads import at_once
@@ -80,7 +81,7 @@ def test_a_rating_is_delivered_signed_as_the_reference_library_verifies(fresh_en
         month = utcnow().strftime("%Y-%m")
         with unit_of_work(fresh_engine) as s:
             periods.rate(session=s, period=month, actor="fin")
-        run_tasks([lambda engine, now: webhook_task(engine, now, settings=FAST)], engine=fresh_engine, now=utcnow())
+        run_tasks([lambda engine, clock: webhook_task(engine, clock, settings=FAST)], engine=fresh_engine)
         [request] = rx.requests()
         assert secret.startswith("whsec_")
         payload = Webhook(secret).verify(request.body, request.headers)  # the oracle: raises on any mismatch
@@ -111,7 +112,7 @@ def test_a_rotated_secret_signs_twice_during_the_overlap(fresh_engine, tmp_path)
             _, new = rotate_secret(session=s, subscription_id=sub_id, actor="root", settings=FAST)
         assert new != old and new.startswith("whsec_")
         corrections(fresh_engine, 1)
-        webhook_task(fresh_engine, utcnow(), settings=FAST)
+        webhook_task(fresh_engine, settings=FAST)
         [request] = rx.requests()
         assert len(request.header("webhook-signature").split(" ")) == 2
         Webhook(new).verify(request.body, request.headers)
@@ -119,7 +120,7 @@ def test_a_rotated_secret_signs_twice_during_the_overlap(fresh_engine, tmp_path)
         with unit_of_work(fresh_engine) as s:  # the overlap over: only the new secret signs
             s.get(WebhookSubscription, sub_id).previous_secret_until = utcnow() - timedelta(seconds=1)
         corrections(fresh_engine, 1)
-        webhook_task(fresh_engine, utcnow(), settings=FAST)
+        webhook_task(fresh_engine, settings=FAST)
         second = rx.requests()[1]
         Webhook(new).verify(second.body, second.headers)
         with pytest.raises(WebhookVerificationError):
@@ -131,22 +132,22 @@ def test_500s_are_retried_on_the_schedule_until_the_receiver_answers(fresh_engin
         subscribe(fresh_engine, rx.url("/flaky"))
         [event_id] = corrections(fresh_engine, 1)
         now = utcnow()
-        webhook_task(fresh_engine, now, settings=FAST)
-        took = utcnow() - now  # the round's clock runs on from `now` with real time
+        webhook_task(fresh_engine, frozen(now), settings=FAST)
+        took = utcnow() - now
         [row] = deliveries(fresh_engine).values()
         assert (row.status, row.last_status_code, row.last_error) == ("failed", 500, "HTTP 500")
         # Standard Webhooks: the second attempt 5 s after the first (with up to 10 % jitter).
         assert now + timedelta(seconds=5) <= row.next_attempt_at <= now + took + timedelta(seconds=5.5)
-        webhook_task(fresh_engine, now + timedelta(seconds=4), settings=FAST)  # not due yet: nothing sent
+        webhook_task(fresh_engine, frozen(now + timedelta(seconds=4)), settings=FAST)  # not due yet: nothing sent
         assert len(rx.requests()) == 1
         at, began = row.next_attempt_at, utcnow()
-        webhook_task(fresh_engine, at, settings=FAST)
+        webhook_task(fresh_engine, frozen(at), settings=FAST)
         took = utcnow() - began
         row = deliveries(fresh_engine)[row.id]
         # 503 with Retry-After: 600 s postpones the 5-minute step to the receiver's 10 minutes.
         assert row.last_status_code == 503 and at + timedelta(seconds=600) <= row.next_attempt_at
         assert row.next_attempt_at <= at + took + timedelta(seconds=600)
-        webhook_task(fresh_engine, row.next_attempt_at, settings=FAST)
+        webhook_task(fresh_engine, frozen(row.next_attempt_at), settings=FAST)
         row = deliveries(fresh_engine)[row.id]
         assert (row.status, row.attempts, row.last_status_code, row.last_error) == ("delivered", 3, 200, None)
         log = attempts(fresh_engine, row.id)
@@ -161,13 +162,12 @@ def test_a_hanging_receiver_is_cut_off_and_retried_while_another_subscription_ge
         hang_id, _ = subscribe(fresh_engine, rx.url("/hang"))
         ok_id, secret = subscribe(fresh_engine, rx.url("/ok"))
         corrections(fresh_engine, 1)
-        now = utcnow()
         with unit_of_work(fresh_engine) as s:
-            plan(session=s, now=now)
+            plan(session=s)
         by_sub = {d.subscription_id: d.id for d in deliveries(fresh_engine).values()}
         slow = Settings(webhook_connect_timeout_s=1, webhook_read_timeout_s=30, webhook_deadline_s=4,
                         webhook_concurrency=4)
-        round_ = threading.Thread(target=deliver_due, kwargs={"engine": fresh_engine, "settings": slow, "now": now})
+        round_ = threading.Thread(target=deliver_due, kwargs={"engine": fresh_engine, "settings": slow})
         round_.start()
         try:
             # The other subscription is delivered while the hanging request is still open.
@@ -180,7 +180,7 @@ def test_a_hanging_receiver_is_cut_off_and_retried_while_another_subscription_ge
         [attempt] = attempts(fresh_engine, hung.id)
         assert hung.status == "failed" and "4 s deadline" in hung.last_error and attempt.status_code is None
         assert 3500 <= attempt.duration_ms < 8000  # cut at the deadline (30 s read timeout notwithstanding)
-        webhook_task(fresh_engine, hung.next_attempt_at, settings=FAST)  # the retry is answered
+        webhook_task(fresh_engine, frozen(hung.next_attempt_at), settings=FAST)  # the retry is answered
         assert deliveries(fresh_engine)[hung.id].status == "delivered"
         assert rx.requests("/hang")[0].webhook_id == rx.requests("/hang")[1].webhook_id
 
@@ -191,7 +191,7 @@ def test_a_receiver_answering_garbage_or_dripping_is_a_failure_with_its_reason(f
     with webhook_receiver(tmp_path / "rx", plan={"/bad": [behaviour]}) as rx:
         subscribe(fresh_engine, rx.url("/bad"))
         corrections(fresh_engine, 1)
-        webhook_task(fresh_engine, utcnow(), settings=FAST)
+        webhook_task(fresh_engine, settings=FAST)
         [row] = deliveries(fresh_engine).values()
         assert row.status == "failed" and reason in row.last_error and row.next_attempt_at is not None
         assert attempts(fresh_engine, row.id)[0].duration_ms < 5000
@@ -200,7 +200,7 @@ def test_a_receiver_answering_garbage_or_dripping_is_a_failure_with_its_reason(f
 def test_a_receiver_that_is_down_is_retried_and_the_round_leaves_it_alone(fresh_engine):
     subscribe(fresh_engine, f"http://127.0.0.1:{free_port()}/nobody")
     corrections(fresh_engine, 3)
-    webhook_task(fresh_engine, utcnow(), settings=Settings(webhook_connect_timeout_s=1, webhook_deadline_s=2,
+    webhook_task(fresh_engine, settings=Settings(webhook_connect_timeout_s=1, webhook_deadline_s=2,
                                                             webhook_concurrency=1))
     rows = list(deliveries(fresh_engine).values())
     tried = [r for r in rows if r.attempts]
@@ -215,10 +215,10 @@ def test_an_https_receiver_with_a_private_ca(fresh_engine, tmp_path):
         _, secret = subscribe(fresh_engine, rx.url("/erp"))
         assert rx.url("/erp").startswith("https://")
         corrections(fresh_engine, 1)
-        webhook_task(fresh_engine, utcnow(), settings=FAST)  # the system's CAs do not know it
+        webhook_task(fresh_engine, settings=FAST)  # the system's CAs do not know it
         [row] = deliveries(fresh_engine).values()
         assert row.status == "failed" and "CERTIFICATE_VERIFY_FAILED" in row.last_error
-        webhook_task(fresh_engine, row.next_attempt_at, settings=FAST.model_copy(update={"webhook_ca_file": str(cert)}))
+        webhook_task(fresh_engine, frozen(row.next_attempt_at), settings=FAST.model_copy(update={"webhook_ca_file": str(cert)}))
         assert deliveries(fresh_engine)[row.id].status == "delivered"
         [request] = [r for r in rx.requests() if r.body]
         Webhook(secret).verify(request.body, request.headers)
@@ -228,14 +228,14 @@ def test_410_gone_pauses_the_subscription(fresh_engine, tmp_path):
     with webhook_receiver(tmp_path / "rx", plan={"/gone": ["410"]}) as rx:
         sub_id, _ = subscribe(fresh_engine, rx.url("/gone"))
         corrections(fresh_engine, 1)
-        webhook_task(fresh_engine, utcnow(), settings=FAST)
+        webhook_task(fresh_engine, settings=FAST)
         with Session(fresh_engine) as s:
             sub = s.get(WebhookSubscription, sub_id)
             assert not sub.active and "410 Gone" in sub.disabled_reason
         [row] = deliveries(fresh_engine).values()
         assert row.status == "failed" and row.next_attempt_at is None
         corrections(fresh_engine, 1)  # a paused subscription gets no new deliveries
-        webhook_task(fresh_engine, utcnow(), settings=FAST)
+        webhook_task(fresh_engine, settings=FAST)
         assert len(rx.requests()) == 1 and len(deliveries(fresh_engine)) == 1
         with unit_of_work(fresh_engine) as s:
             update_subscription(session=s, subscription_id=sub_id, actor="root", changes=Changes(active=True))
@@ -265,12 +265,12 @@ def test_redeliver_sends_the_same_event_id_again(fresh_engine, tmp_path):
     with webhook_receiver(tmp_path / "rx") as rx:
         _, secret = subscribe(fresh_engine, rx.url("/erp"))
         [event_id] = corrections(fresh_engine, 1)
-        webhook_task(fresh_engine, utcnow(), settings=FAST)
+        webhook_task(fresh_engine, settings=FAST)
         [row] = deliveries(fresh_engine).values()
         assert row.status == "delivered"
         with unit_of_work(fresh_engine) as s:
             redeliver(session=s, subscription_id=row.subscription_id, delivery_id=row.id, now=utcnow())
-        webhook_task(fresh_engine, utcnow(), settings=FAST)
+        webhook_task(fresh_engine, settings=FAST)
         first, second = rx.requests()
         assert first.webhook_id == second.webhook_id == event_id
         assert first.header("webhook-timestamp") <= second.header("webhook-timestamp")
@@ -290,9 +290,9 @@ def test_types_and_time_decide_who_gets_an_event(fresh_engine, tmp_path):
         subscribe(fresh_engine, rx.url("/gaps"), types=("ingestion.gap",))
         subscribe(fresh_engine, rx.url("/paused"), active=False)
         [wanted] = corrections(fresh_engine, 1)
-        webhook_task(fresh_engine, utcnow(), settings=FAST)
+        webhook_task(fresh_engine, settings=FAST)
         assert [(r.path, r.webhook_id) for r in rx.requests()] == [("/corrections", wanted)]
-        webhook_task(fresh_engine, utcnow(), settings=FAST)  # planned once: nothing more
+        webhook_task(fresh_engine, settings=FAST)  # planned once: nothing more
         assert len(rx.requests()) == 1
 
 
@@ -301,10 +301,9 @@ def test_two_workers_at_once_deliver_each_event_once(fresh_engine, tmp_path):
         subscribe(fresh_engine, rx.url("/a"))
         subscribe(fresh_engine, rx.url("/b"))
         corrections(fresh_engine, 10)
-        now = utcnow()
         with unit_of_work(fresh_engine) as s:
-            plan(session=s, now=now)
-        assert at_once(lambda: deliver_due(engine=fresh_engine, settings=FAST, now=now)) == []
+            plan(session=s)
+        assert at_once(lambda: deliver_due(engine=fresh_engine, settings=FAST)) == []
         sent = [(r.path, r.webhook_id) for r in rx.requests()]
         assert len(sent) == 20 and len(set(sent)) == 20
         assert {d.attempts for d in deliveries(fresh_engine).values()} == {1}

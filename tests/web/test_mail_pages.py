@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 from sqlmodel import select
 
@@ -38,11 +36,10 @@ async def test_finance_edits_contacts_and_sees_errors_beside_the_field(client, s
 async def test_a_skipped_send_is_listed_and_retry_now_queues_it(client, session):
     store_policy(session)
     token = sign_in(client, session, make_user(session, "root", "admin"))
-    now = datetime(2026, 11, 2, 9, tzinfo=UTC)
     emit(session=session, type="budget.threshold", tenant="vision", key="b:vision",
          payload={"tenant": "vision", "department": None, "month": "2026-11", "threshold_percent": 80,
                   "basis": "actual", "amount": "800.00", "budget": "1000.00"})
-    [row] = plan(session=session, settings=Settings(smtp_host=None), now=now)
+    [row] = plan(session=session, settings=Settings(smtp_host=None))
     page = await client.get("/admin/contacts")
     assert f'id="send-{row.id}"' in page.text and "skipped" in page.text and "CHARGEBACK_SMTP_HOST" in page.text
     retried = await client.post(f"/admin/mail/{row.id}/retry", data={"csrf_token": token})

@@ -6,7 +6,6 @@ import pytest
 from sqlmodel import select
 
 from app.core.events import emit
-from app.core.timeutil import utcnow
 from app.notify.webhook_deliver import plan
 from app.notify.webhook_models import WebhookDelivery, WebhookSubscription
 from tests.support.routes import make_user, sign_in
@@ -43,7 +42,7 @@ async def test_an_admin_pauses_a_webhook_and_redelivers_an_event(client, session
                                                "csrf_token": token})
     [sub] = session.exec(select(WebhookSubscription)).all()
     event = emit(session=session, type="ingestion.gap", payload={"hour": "2026-11-01T00:00:00Z"})
-    [row] = plan(session=session, now=utcnow())
+    [row] = plan(session=session)
     page = await client.get(f"/admin/webhooks/{sub.id}")
     assert f'id="delivery-{row.id}"' in page.text and event.id in page.text and "none yet" in page.text
     sent = await client.post(f"/admin/webhooks/{sub.id}/deliveries/{row.id}/redeliver", data={"csrf_token": token})
@@ -90,7 +89,7 @@ async def test_redeliver_from_the_page_reaches_the_receiver_again(committed_app,
             secret = made.text.split('id="new-secret" class="mono" readonly value="')[1].split('"')[0]
             with unit_of_work(fresh_engine) as s:
                 event = emit(session=s, type="ingestion.gap", payload={"hour": "2026-11-01T00:00:00Z"})
-            webhook_task(fresh_engine, utcnow())
+            webhook_task(fresh_engine)
             with Session(fresh_engine) as s:
                 row = s.exec(select(WebhookDelivery)).one()
             assert row.status == "delivered"
@@ -100,7 +99,7 @@ async def test_redeliver_from_the_page_reaches_the_receiver_again(committed_app,
                                      data={"csrf_token": token})
             assert sent.status_code == 303
             assert len(rx.requests()) == 1  # the page queues; only the worker sends
-            webhook_task(fresh_engine, utcnow())
+            webhook_task(fresh_engine)
     first, second = rx.requests()
     assert first.webhook_id == second.webhook_id == event.id
     for request in (first, second):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -27,7 +28,7 @@ from app.core.clusters import ClusterConfig
 from app.core.db import is_postgres, unit_of_work
 from app.core.errors import AppError
 from app.core.settings import Settings, get_settings
-from app.core.timeutil import SECONDS_PER_DAY, aware, epoch, floor_hour, from_epoch
+from app.core.timeutil import SECONDS_PER_DAY, aware, epoch, floor_hour, from_epoch, utcnow
 from app.metrics.labels import ExporterIdentity
 from app.metrics.models import IngestHour
 from app.metrics.reconcile.service import reconcile_hours
@@ -93,7 +94,7 @@ def _claim(session: Session, cluster: str, day: datetime) -> bool:
     return True
 
 
-def reconcile_task(engine: Engine, now: datetime, *, settings: Settings | None = None,
+def reconcile_task(engine: Engine, clock: Callable[[], datetime] = utcnow, *, settings: Settings | None = None,
                    sources: dict[str, ReconcileSource] | None = None) -> TaskReport:
     """Check the due days of every cluster read from a Prometheus-compatible source (`DAYS_PER_ROUND` each)."""
     from app.metrics.sources import prometheus_clusters
@@ -101,9 +102,10 @@ def reconcile_task(engine: Engine, now: datetime, *, settings: Settings | None =
     settings = settings or get_settings()
     if sources is None:
         sources = {c.name: source_of(c, settings) for c in prometheus_clusters(settings)}
-    until = finished_until(now, settings)
     report = TaskReport()
     for cluster, source in sources.items():
+        now = clock()
+        until = finished_until(now, settings)
         with unit_of_work(engine) as session:
             days = due_days(session, cluster=cluster, now=now, until=until)[:DAYS_PER_ROUND]
         for day in days:
@@ -112,7 +114,7 @@ def reconcile_task(engine: Engine, now: datetime, *, settings: Settings | None =
                     if not _claim(session, cluster, day):
                         continue
                     states = check_states(session, cluster=cluster, start=day, end=day + DAY)
-                    if not _due(list(states.values()), day=day, now=now):
+                    if not _due(list(states.values()), day=day, now=clock()):
                         continue  # another worker checked it meanwhile
                     result = reconcile_hours(session=session, source=source, cluster=cluster, start=day, end=day + DAY,
                                              until=until, scrape_interval_s=settings.scrape_interval_s)
