@@ -13,6 +13,7 @@ one behaviour per request to that path, the last one repeating. Behaviours:
 - "drip": send a status line a byte every 0.3 s, forever
 - "garbage": answer bytes that are not HTTP, then close
 - "sleep:S": wait S seconds, then 200
+- "until:NAME:STATUS": record, wait until the file DIR/NAME exists (the test says when), then answer STATUS
 """
 
 from __future__ import annotations
@@ -92,6 +93,11 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         status, _, extra = behaviour.partition(":")
+        if status == "until":
+            name, _, status = extra.partition(":")
+            extra = ""
+            while not STOP.is_set() and not (self.server.directory / name).exists():
+                time.sleep(0.02)  # state-free: polls for the test's file
         if status == "sleep":
             time.sleep(float(extra))
             status, extra = "200", ""
