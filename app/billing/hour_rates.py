@@ -4,8 +4,9 @@ What `rating.Rater` computes per pool-hour (C, the rates, idle capacity, dark-ti
 unused, each inference tenant's use above its cover) depends only on that pool-hour's rollup rows and
 its policy version, which never changes once stored. So it is computed once, by the reference's own
 `Rater.price`, `hour_use` and `hour_amounts`, and stored in `pool_hour_rate` / `inference_hour_rate` / `sla_hour_rate`
-(exact integers). Triggers (migration 0024) delete a pool-hour's stored rows whenever its rollup rows
-are written, by ingestion or anyone else; `store_missing` then stores them again:
+(exact integers: numerators over a stored denominator `den`, migration 0028). Triggers (migration 0024) delete a
+pool-hour's stored rows whenever its rollup rows are written, by ingestion or anyone else; `store_missing` then
+stores them again:
 
 - the worker's `hour_rates_task` after each ingestion round (the hours just ingested), and
 - `rating_sql.rate_stored` for whatever of its period is still missing (history from before 0024, rows
@@ -151,22 +152,24 @@ def _rated(rater: Rater, h, cluster: str) -> tuple[dict, list[dict], list[dict]]
         return {**row, "kind": RateKind.UNPOOLED.value}, [], []
     a = rater.hour_amounts(p, *rater.hour_use(p))
     b = rater.hour_breaches(p.version, h.hour, h.pool, h.breaches)
-    rate = p.rate_int
-    row.update(kind=RateKind.PRICED.value, cost=_to_exact(p.cost), rate=rate, dark_rate=p.dark_int,
+    rate, den = p.rate, p.den
+    row.update(kind=RateKind.PRICED.value, cost=p.cost, rate=rate, dark_rate=p.dark_rate, den=den,
                idle=a.idle, idle_amount=a.idle * rate, dark=a.dark, dark_amount=a.dark * rate,
                unused=a.unused, unused_amount=a.unused * rate)
-    over = [{**key, "tenant": tenant, "over": o, "amount": o * rate} for tenant, o in a.overage]
+    over = [{**key, "tenant": tenant, "over": o, "amount": o * rate, "den": den} for tenant, o in a.overage]
     sla = [{**key, "kind": SlaKind.PENALTY.value, "service": service, "account": account, "klass": klass, "minute_end": 0,
-            "quantity": _to_exact(q), "amount": _to_exact(amount)} for account, klass, service, q, amount in b.penalties]
+            "quantity": _to_exact(q), "amount": amount.numerator, "den": amount.denominator}
+           for account, klass, service, q, amount in b.penalties]
     sla += [{**key, "kind": SlaKind.CREDIT.value, "service": service, "account": tenant, "klass": "", "minute_end": 0,
-             "quantity": minutes, "amount": 0} for service, tenant, minutes in b.credits]
+             "quantity": minutes, "amount": 0, "den": 1} for service, tenant, minutes in b.credits]
     sla += [{**key, "kind": SlaKind.UNATTRIBUTED.value, "service": u.service, "account": "", "klass": "",
-             "minute_end": u.minute_end, "quantity": 0, "amount": _to_exact(u.penalty)} for u in b.unattributed]
+             "minute_end": u.minute_end, "quantity": 0, "amount": _to_exact(u.penalty), "den": 1} for u in b.unattributed]
     return row, over, sla
 
 
 def _to_exact(d: Decimal) -> int:
-    """An amount exact at 1e-20 as an integer in 1e-20 (refuses one finer: it would not be stored exactly)."""
+    """A quantity (breach minutes' shares) or a policy's penalty exact at 1e-20 as an integer in 1e-20 (refuses one
+    finer: it would not be stored exactly)."""
     scaled = d.scaleb(EXACT_DIGITS)
     if scaled != scaled.to_integral_value():
         raise Invalid(detail=f"an SLA amount finer than 1e-20: {d}")

@@ -193,8 +193,9 @@ class PoolHourRate(SQLModel, table=True):
     """One cluster's pool-hour as rating prices it, stored once when the hour is rated first
     (app/billing/hour_rates.py): what the month's lines are sums of (app/billing/rating_sql.py).
 
-    Amounts are exact integers in rating's units (app/billing/rating.py): C in 1e-20, rates in 1e-36
-    per GPU-second, GPU-seconds in 1e-6 (idle, dark) or 1e-20 (unused reserve), amounts the products.
+    Amounts are exact integers in rating's units (app/billing/rating.py): C = cost / den, the rate per
+    micro-GPU-second rate / den (dark time: dark_rate / (den x the multiplier's power of ten)), GPU-seconds in
+    1e-6 (idle, dark) or in 1e-6 / the pool's cover scale (unused reserve), amounts the products over den.
     Database triggers (migration 0024) delete the row whenever a rollup row of its pool-hour
     (`pool_hour`, `pool_hour_model`, `usage_rollup`) is written or deleted, so a stored rate is never
     older than its inputs: the next rating stores it again.
@@ -218,6 +219,7 @@ class PoolHourRate(SQLModel, table=True):
     dark_amount: int | None = Field(default=None, sa_column=Column(ExactInt))
     unused: int | None = Field(default=None, sa_column=Column(ExactInt))
     unused_amount: int | None = Field(default=None, sa_column=Column(ExactInt))
+    den: int | None = Field(default=None, sa_column=Column(ExactInt))  # migration 0028
 
 
 class InferenceHourRate(SQLModel, table=True):
@@ -230,8 +232,9 @@ class InferenceHourRate(SQLModel, table=True):
     pool: str = Field(primary_key=True)
     tenant: str = Field(primary_key=True)
     policy_version_id: int
-    over: int = Field(sa_column=Column(ExactInt, nullable=False))  # 1e-20 GPU-seconds
-    amount: int = Field(sa_column=Column(ExactInt, nullable=False))  # over x the hour's rate
+    over: int = Field(sa_column=Column(ExactInt, nullable=False))  # micro-GPU-seconds / the pool's cover scale
+    amount: int = Field(sa_column=Column(ExactInt, nullable=False))  # over x the hour's rate, over den x that scale
+    den: int = Field(sa_column=Column(ExactInt, nullable=False))  # the hour's rate denominator (`PoolHourRate.den`)
 
 
 class SlaKind(StrEnum):
@@ -242,9 +245,9 @@ class SlaKind(StrEnum):
 
 class SlaHourRate(SQLModel, table=True):
     """A stored pool-hour's breach minutes as billed (line 4), removed with its `PoolHourRate`: per account, class
-    and service the breach minutes and penalty split to it (`penalty`, both in 1e-20), the minutes credited to
-    each service's tenant (`credit`, quantity = minutes), and each minute nobody was co-located in
-    (`unattributed`, amount = the penalty nobody pays, in 1e-20)."""
+    and service the breach minutes (in 1e-20) and the penalty split to it (`penalty`: exactly amount / den), the
+    minutes credited to each service's tenant (`credit`, quantity = minutes), and each minute nobody was co-located
+    in (`unattributed`, amount = the penalty nobody pays, in 1e-20)."""
 
     __tablename__ = "sla_hour_rate"
 
@@ -259,3 +262,4 @@ class SlaHourRate(SQLModel, table=True):
     policy_version_id: int
     quantity: int = Field(sa_column=Column(ExactInt, nullable=False))
     amount: int = Field(sa_column=Column(ExactInt, nullable=False))
+    den: int = Field(sa_column=Column(ExactInt, nullable=False))  # penalty: amount's denominator; else 1

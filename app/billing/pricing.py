@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
+from fractions import Fraction
+from math import lcm
 
 from app.core.errors import FieldError, Invalid
 from app.core.timeutil import SECONDS_PER_HOUR
@@ -19,6 +21,7 @@ from app.policy.paths import path_of
 
 HOURS_PER_YEAR = Decimal(8760)
 WATT_HOURS_PER_KWH = Decimal(1000)
+KWH_DIGITS = 9  # measured kWh as stored (Numeric(20, 9))
 
 # ISO 4217 currencies without minor units; every other currency rounds to cents (the MONEY column
 # stores two decimals, so three-decimal currencies are rounded to cents as well).
@@ -96,14 +99,46 @@ class PriceSheet:
     fixed: dict[str, Decimal]  # model -> capex + hosting per GPU-hour
     default_kwh: dict[str, Decimal]  # model -> kWh per GPU-hour at default watts
     energy_cost_per_kwh: Decimal  # pue x energy price
+    # the same, exactly: numerators over one denominator common to every model and to kWh in 1e-9
+    denominator: int
+    terms: dict[str, tuple[int, int]]  # model -> (capex + hosting, default watts' energy) per GPU-hour
+    energy_per_nano_kwh: int  # pue x energy price per 1e-9 kWh
+    energy: Fraction  # pue x energy price per kWh
 
     @classmethod
     def of(cls, pricing: Pricing) -> PriceSheet:
+        energy = Fraction(pricing.pue) * Fraction(pricing.energy_price_per_kwh)
+        fixed = {m: Fraction(p.purchase_price) / (Fraction(p.depreciation_years) * 8760) + Fraction(p.hosting_per_hour)
+                 for m, p in pricing.gpu_models.items()}
+        default = {m: Fraction(p.default_power_watts) / 1000 * energy for m, p in pricing.gpu_models.items()}
+        den = lcm(energy.denominator * 10**KWH_DIGITS, *(f.denominator for f in fixed.values()),
+                  *(f.denominator for f in default.values()))
         return cls(
             fixed={m: fixed_hour_cost(p) for m, p in pricing.gpu_models.items()},
             default_kwh={m: default_hour_kwh(p) for m, p in pricing.gpu_models.items()},
             energy_cost_per_kwh=pricing.pue * pricing.energy_price_per_kwh,
+            denominator=den,
+            terms={m: (int(fixed[m] * den), int(default[m] * den)) for m in fixed},
+            energy_per_nano_kwh=int(energy * den / 10**KWH_DIGITS),
+            energy=energy,
         )
+
+    def hour_cost(self, models: Iterable[ModelEnergy]) -> tuple[int, int]:
+        """C of one pool-hour exactly, as (numerator, denominator): over `denominator` unless a measured kWh
+        carries more digits than stored ones do. KeyError when a model has no price."""
+        numerator, finer = 0, Fraction(0)
+        for m in models:
+            fixed, default = self.terms[m.model]
+            numerator += m.gpus * fixed + (m.gpus - m.measured_gpus) * default
+            if -m.measured_kwh.as_tuple().exponent <= KWH_DIGITS:
+                numerator += int(m.measured_kwh.scaleb(KWH_DIGITS)) * self.energy_per_nano_kwh
+            else:
+                finer += Fraction(m.measured_kwh) * self.energy
+        if not finer:
+            return numerator, self.denominator
+        exact = Fraction(numerator, self.denominator) + finer
+        den = lcm(self.denominator, exact.denominator)
+        return exact.numerator * (den // exact.denominator), den
 
     def model_cost(self, m: ModelEnergy) -> Decimal:
         """Cost of one model's GPUs in one pool-hour; KeyError when the model has no price."""

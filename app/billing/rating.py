@@ -4,20 +4,22 @@ Every pool-hour is priced on its own (cost C, capacity S, rate C/S per GPU-secon
 folded into lines keyed by (account, pool, kind, class, service, policy version); a line is rounded
 once, half-even to the currency's cents, after the whole period is summed.
 
-Why fixed-point quanta: adding numbers of ~50 significant digits is not associative, so a period
-total could depend on the order hours arrive in. So every amount is exact: the rate is quantized to
-1e-36 per GPU-second, and each usage row's `GPU-seconds x rate` (GPU-seconds carry 6 decimals), each
-hour's idle, dark-discount, overage and unused-reserve `GPU-seconds x rate` (GPU-seconds above or
-below a cover, which is quantized to 1e-20) are exact integer products, summed as Python integers
-and rounded once per line (half-even to 1e-20, then to cents) in `finish`. Line 1 is f x C x share
-with C summed exactly over the segment's hours (each C quantized to 1e-20), and SLA penalty shares
-are quantized to 1e-20 per breach minute. Every sum is then exact, so the result is the same for any
-order, and a line total is within 1e-20 of the exact SPEC value. The conservation identity holds to
-~1e-18 before rounding, and the ROUNDING line absorbs the rest to the cent.
+Exact, per SPEC 5.7: a line's amount is the exact rational sum of its hourly terms, rounded once,
+half-even, to the cent (`round_half_even`), so a line worth exactly 204.085 is 204.08 and the result is
+the same for any order of hours. Nothing is quantised before that: each pool-hour's C is an exact
+rational (`PriceSheet.hour_cost`: capex over depreciation years x 8760, decimal prices, kWh), its rate
+C / S per micro-GPU-second is the integer `rate` over the integer `den` (C's denominator x S in
+micro-GPU-seconds, the same for every hour of a segment with one capacity), covers f x S x share are
+integers over a per-pool scale (f's and the weights' decimals x the weights' sum), and each usage row's,
+hour's or breach minute's amount is an integer numerator over such a denominator. A line keeps its sum
+as numerators per denominator (`rating_sums.Rational`: adding is integer addition), so one `Fraction`
+per line is built and rounded in `finish`; C is summed the same way, so tenants' lines + platform balance
+= C to the cent with the ROUNDING line holding the cents lost to rounding. Only quantities (GPU-hours and
+breach minutes, to 6 decimals) and the `exact` drill-down (1e-20) are rounded otherwise.
 
-Because every per-row and per-hour amount is an exact sum of products, the same sums can be taken
-by a database: `hour_rates` stores each pool-hour's `price`, `hour_amounts` and `hour_breaches` once,
-and `rating_sql` sums them for stored periods and folds the sums with `fold_hours`,
+Because every per-row and per-hour amount is an integer over a denominator shared by many hours, the same
+sums can be taken by a database, grouped by denominator: `hour_rates` stores each pool-hour's `price`,
+`hour_amounts` and `hour_breaches` once, and `rating_sql` sums them for stored periods and folds the sums with `fold_hours`,
 `fold_hour_amounts`, `fold_overage`, `fold_usage`, `fold_breaches` and `finish`, shared with this
 reference path, and is tested equal to it (tests/billing/test_rating_sql.py).
 """
@@ -28,9 +30,10 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Context, Decimal, Inexact, InvalidOperation, localcontext
+from fractions import Fraction
 
 from app.billing.pricing import MissingPrice, PriceSheet, cents
-from app.billing.rating_sums import Credit, LineSums, PoolCost, TenantUse, UnpooledSums, UsageSums
+from app.billing.rating_sums import Credit, LineSums, PoolCost, Rational, TenantUse, UnpooledSums, UsageSums
 from app.billing.types import (
     PLATFORM,
     QUANTITY,
@@ -49,20 +52,16 @@ from app.metrics.attribution import UNPOOLED
 from app.metrics.types import ModelEnergy
 from app.policy.document import UNALLOCATED, PolicyDocument, Pricing
 
-__all__ = ["CurrencyMismatch", "MissingPrice", "RatingInputError", "pool_costs", "rate_period"]
+__all__ = ["CurrencyMismatch", "MissingPrice", "RatingInputError", "pool_costs", "rate_period", "round_half_even"]
 
 PRECISION = 60
 EXACT = Decimal("1e-20")
-RATE = Decimal("1e-36")
 ZERO = Decimal(0)
 ONE = Decimal(1)
 
-RATE_DIGITS = 36  # RATE = 1e-RATE_DIGITS
-EXACT_DIGITS = 20  # EXACT = 1e-EXACT_DIGITS
-ROW_DIGITS = 6 + RATE_DIGITS  # micro-GPU-seconds x a rate in 1e-36
-COVER_DIGITS = EXACT_DIGITS + RATE_DIGITS  # GPU-seconds in 1e-20 (above or below a cover) x a rate
-TO_COVER = 10 ** (EXACT_DIGITS - 6)  # micro-GPU-seconds -> 1e-20
-# line totals are converted from integers exactly, or not at all
+EXACT_DIGITS = 20  # EXACT = 1e-EXACT_DIGITS: breach-minute shares, and the `exact` drill-down's amounts
+MICRO = 10**6  # micro-GPU-seconds per GPU-second
+# amounts are converted from integers exactly, or not at all
 _EXACT = Context(prec=PRECISION, rounding=ROUND_HALF_EVEN, traps=[Inexact, InvalidOperation])
 
 
@@ -72,8 +71,26 @@ def _seconds(micro: int) -> Decimal:
 
 
 def from_exact(scaled: int) -> Decimal:
-    """An integer in 1e-20 (GPU-seconds above or below a cover, C, an SLA share or penalty) as an exact Decimal."""
+    """An integer in 1e-20 (breach minutes' shares, an unattributed minute's penalty) as an exact Decimal."""
     return Decimal(scaled).scaleb(-EXACT_DIGITS, _EXACT)
+
+
+def round_half_even(value: Fraction, quantum: Decimal) -> Decimal:
+    """An exact value rounded once, half-even, to `quantum` (a power of ten: 0.01, 1, 1e-20) (SPEC 5.7)."""
+    exponent = quantum.as_tuple().exponent
+    scaled = value * 10**-exponent if exponent <= 0 else value / 10**exponent
+    q, r = divmod(scaled.numerator, scaled.denominator)
+    twice = 2 * r - scaled.denominator
+    if twice > 0 or (twice == 0 and q % 2):
+        q += 1
+    return Decimal(q).scaleb(exponent, _EXACT)
+
+
+def _gpu_hours(seconds: Decimal | Fraction, quantum: Decimal) -> Decimal:
+    """GPU-seconds (exact Decimal, or a Fraction for covers) as GPU-hours rounded half-even to `quantum`."""
+    if isinstance(seconds, Fraction):
+        return round_half_even(seconds / SECONDS_PER_HOUR, quantum)
+    return (seconds / SECONDS_PER_HOUR).quantize(quantum)
 
 
 INFERENCE, TRAINING, PREPROCESSING = "inference", "training", "preprocessing"
@@ -102,24 +119,31 @@ class _Version:
     dark_multiplier: Decimal
     dark_discount: Decimal  # 1 - dark_multiplier
     reserved_fraction: dict[str, Decimal]  # pool -> fraction
-    shares: dict[str, tuple[tuple[str, Decimal], ...]]  # pool -> normalised reservation weights
     weights: dict[str, tuple[tuple[str, Decimal], ...]]  # pool -> positive reservation weights
-    discount: tuple[int, int]  # dark_discount as (integer, digits): integer x 10^-digits
+    multiplier: tuple[int, int]  # dark_multiplier as (integer, scale): integer / scale, scale a power of ten
+    discount: tuple[int, int]  # dark_discount likewise
+    # covers f x S x share exactly: pool -> q, and (tenant, integer) with cover = S (micro-GPU-s) x integer / q
+    cover_scale: dict[str, int]
+    cover_weights: dict[str, tuple[tuple[str, int], ...]]
     penalty: dict[str, Decimal]  # service -> penalty per breach minute
     klass: dict[str, str]  # tenant -> class
 
     @classmethod
     def of(cls, number: int, policy: PolicyDocument) -> _Version:
         pricing: Pricing = policy.pricing
-        shares, weights = {}, {}
+        weights, scale, cover_weights = {}, {}, {}
         for pool in policy.pools:
             for tenant, weight in pool.reservations.items():
                 if weight < 0:
                     raise RatingInputError(f"pools.{pool.name}.reservations.{tenant}", f"negative reservation weight {weight} (policy version {number})")
             positive = sorted((t, w) for t, w in pool.reservations.items() if w > 0)
-            total = sum((w for _, w in positive), ZERO)
-            shares[pool.name] = tuple((t, w / total) for t, w in positive)
             weights[pool.name] = tuple(positive)
+            fraction, f_scale = _scaled(pool.reserved_fraction)
+            digits = max((_scaled(w)[1] for _, w in positive), default=0)
+            ints = [(t, int(w.scaleb(digits, _EXACT))) for t, w in positive]
+            whole = sum(n for _, n in ints)
+            scale[pool.name] = f_scale * whole if fraction and whole else 1
+            cover_weights[pool.name] = tuple((t, fraction * n) for t, n in ints) if fraction and whole else ()
         return cls(
             number=number,
             policy=policy,
@@ -128,45 +152,29 @@ class _Version:
             dark_multiplier=pricing.dark_time_multiplier,
             dark_discount=ONE - pricing.dark_time_multiplier,
             reserved_fraction={p.name: p.reserved_fraction for p in policy.pools},
-            shares=shares,
             weights=weights,
+            multiplier=_scaled(pricing.dark_time_multiplier),
             discount=_scaled(ONE - pricing.dark_time_multiplier),
+            cover_scale=scale,
+            cover_weights=cover_weights,
             penalty={s.service: s.penalty_per_breach_minute for s in policy.sla},
             klass={t.name: t.klass for t in policy.tenants},
         )
 
 
 def _scaled(d: Decimal) -> tuple[int, int]:
-    """A finite Decimal as (integer, digits), d = integer x 10^-digits, exactly."""
+    """A finite Decimal as (integer, scale), d = integer / scale exactly, scale a power of ten."""
     digits = max(0, -d.as_tuple().exponent)
-    return int(d.scaleb(digits, _EXACT)), digits
-
-
-def _quantum(scaled: int, digits: int) -> Decimal:
-    """An exact amount integer x 10^-digits, rounded half-even to 1e-20 (EXACT) as a Decimal."""
-    q, r = divmod(scaled, 10 ** (digits - EXACT_DIGITS))
-    twice = 2 * r - 10 ** (digits - EXACT_DIGITS)
-    if twice > 0 or (twice == 0 and q % 2):
-        q += 1
-    return Decimal(q).scaleb(-EXACT_DIGITS, _EXACT)
-
-
-def _hour_cost(sheet: PriceSheet, models: Iterable[ModelEnergy]) -> Decimal:
-    """C of one pool-hour, exact at 1e-20 (so a period's sum does not depend on the order of hours)."""
-    cost = ZERO
-    for m in models:
-        cost += sheet.model_cost(m)
-    return cost.quantize(EXACT)
+    return int(d.scaleb(digits, _EXACT)), 10**digits
 
 
 def pool_costs(pool_hours: Iterable[tuple[str, PriceSheet, Iterable[ModelEnergy]]], *, currency: str) -> dict[str, Decimal]:
     """C per pool over (pool, price sheet, models) hours, priced and rounded as `rate_period`'s cost_by_pool."""
-    with rating_context():
-        sums: dict[str, Decimal] = {}
-        for pool, sheet, models in pool_hours:
-            sums[pool] = sums.get(pool, ZERO) + _hour_cost(sheet, models)
-        cent = cents(currency)
-        return {pool: cost.quantize(cent) for pool, cost in sorted(sums.items())}
+    sums: dict[str, Rational] = {}
+    for pool, sheet, models in pool_hours:
+        sums.setdefault(pool, Rational()).add(*sheet.hour_cost(models))
+    cent = cents(currency)
+    return {pool: round_half_even(cost.value(), cent) for pool, cost in sorted(sums.items())}
 
 
 @contextmanager
@@ -198,31 +206,26 @@ class _Segment:
         self.rows: dict[tuple[str, str, bool], UsageSums] = {}  # (tenant, klass, dark)
         self.lines: dict[tuple[str, str, str, str], LineSums] = {}  # (account, kind, klass, service)
         # its priced hours: C summed (line 1 is f x C x share), span, and how many hours had each capacity S
-        self.cost = ZERO
+        self.cost = Rational()
         self.first = self.last = -1
         self.capacities: dict[Decimal, int] = {}
 
-    def add(self, key: tuple[str, str, str, str], quantity: Decimal, amount: Decimal, first: int, last: int | None = None) -> None:
-        """Fold an amount covering hours first..last (default: the one hour) into a line."""
+    def line(self, key: tuple[str, str, str, str], quantity: Decimal | Fraction, first: int, last: int | None = None) -> LineSums:
+        """The line `key`, its quantity and span grown by hours first..last (default: the one hour); the caller adds
+        the amount."""
         last = first if last is None else last
         a = self.lines.get(key)
         if a is None:
-            self.lines[key] = LineSums(first, last, quantity, amount)
-            return
+            a = self.lines[key] = LineSums(first, last, quantity)
+            return a
         a.quantity += quantity
-        a.amount += amount
         a.cover(first, last)
+        return a
 
-    def add_exact(self, key: tuple[str, str, str, str], quantity: Decimal, exact: int, digits: int, first: int, last: int | None = None) -> None:
-        """Fold an exact amount (exact x 10^-digits, the same digits for every amount of the line) into a line."""
-        last = first if last is None else last
-        a = self.lines.get(key)
-        if a is None:
-            self.lines[key] = LineSums(first, last, quantity, ZERO, exact, digits)
-            return
-        a.quantity += quantity
-        a.exact += exact
-        a.cover(first, last)
+    def add(self, key: tuple[str, str, str, str], quantity: Decimal | Fraction, numerator: int, denominator: int,
+            first: int, last: int | None = None) -> None:
+        """Fold an exact amount numerator / denominator covering hours first..last into a line."""
+        self.line(key, quantity, first, last).amount.add(numerator, denominator)
 
 
 _CLASSES = frozenset({INFERENCE, TRAINING, PREPROCESSING, UNALLOCATED})
@@ -237,31 +240,33 @@ class HourAmounts:
 
     idle: int  # capacity not used, micro-GPU-seconds
     dark: int  # used in dark time by other classes than inference, micro-GPU-seconds
-    unused: int  # reserve (covers) not used by its inference tenants, 1e-20 GPU-seconds
-    overage: tuple[tuple[str, int], ...]  # (inference tenant, use above its cover in 1e-20)
+    unused: int  # reserve (covers) not used by its inference tenants, in micro-GPU-seconds / the pool's cover scale
+    overage: tuple[tuple[str, int], ...]  # (inference tenant, use above its cover, in the same unit)
 
 
 @dataclass(frozen=True, slots=True)
 class HourBreaches:
     """One priced pool-hour's breach minutes as billed (`Rater.hour_breaches`)."""
 
-    penalties: tuple[tuple[str, str, str, Decimal, Decimal], ...]  # (account, klass, service, breach minutes, amount)
+    penalties: tuple[tuple[str, str, str, Decimal, Fraction], ...]  # (account, klass, service, breach minutes, amount)
     credits: tuple[tuple[str, str, int], ...]  # (service, its tenant, minutes credited)
     unattributed: tuple[UnattributedBreach, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Priced:
-    """One pool-hour as priced: its version and segment, C, and the rates per GPU-second (the last two
-    as integers in 1e-36: what each usage row's micro-GPU-seconds are multiplied by)."""
+    """One pool-hour as priced: its version and segment, and C and the rates exactly, as integers over `den`
+    (C's denominator x S in micro-GPU-seconds): what each usage row's micro-GPU-seconds are multiplied by."""
 
     hour: RatingHour
     version: _Version
     seg: _Segment
-    cost: Decimal
+    cost: int  # C = cost / den
     capacity_micro: int  # S in micro-GPU-seconds
-    rate_int: int
-    dark_int: int
+    rate: int  # per micro-GPU-second: rate / den
+    den: int
+    dark_rate: int  # in dark time: dark_rate / dark_den (rate x the dark-time multiplier)
+    dark_den: int
 
 
 class Rater:
@@ -276,7 +281,7 @@ class Rater:
         self.cost: dict[str, PoolCost] = {}  # pool -> C
         self.credits: dict[tuple[str, str, int], Credit] = {}  # (pool, service, version)
         self.unattributed: list[UnattributedBreach] = []
-        self.covers_of: dict[tuple[int, str, Decimal], dict[str, int]] = {}  # (version, pool, S) -> tenant -> cover (1e-20)
+        self.covers_of: dict[tuple[int, str, Decimal], dict[str, int]] = {}  # (version, pool, S) -> tenant -> cover x scale
         self.missing: dict[str, list[int]] = {}
         self.missing_versions: dict[str, set[int]] = {}
         # nodes no pool names: capacity, and (tenant, klass) -> micro-GPU-s
@@ -313,10 +318,10 @@ class Rater:
         if priced is UNPOOLED_HOUR:
             self._unpooled_rows(h, where)
             return
-        used, dark_used, inference = self._rows(h, priced.seg.rows, priced.rate_int, priced.dark_int, where)
+        used, dark_used, inference = self._rows(h, priced.seg.rows, priced, where)
         amounts = self.hour_amounts(priced, used, dark_used, inference)
         for tenant, over in amounts.overage:
-            self.fold_overage(h.pool, priced.version.number, tenant, h.hour, h.hour, over, over * priced.rate_int)
+            self.fold_overage(h.pool, priced.version.number, tenant, h.hour, h.hour, over, over * priced.rate, priced.den)
         self.hour_lines(priced, amounts)
         self.breaches(priced.version, priced.seg, h.hour, h.pool, h.breaches)
 
@@ -352,24 +357,23 @@ class Rater:
                 self.missing.setdefault(model, []).append(hour)
                 self.missing_versions.setdefault(model, set()).add(v.number)
             return None
-        cost = _hour_cost(v.sheet, h.models)
         seg = self._segment(pool, v.number)
         micro = capacity.scaleb(6)
         if micro != micro.to_integral_value():
             raise RatingInputError(f"{where}.capacity_gpu_seconds", "capacity cannot be rated exactly: it carries more than 6 decimals")
-        rate = (cost / capacity).quantize(RATE)
-        dark_rate = (rate * v.dark_multiplier).quantize(RATE)
-        return Priced(h, v, seg, cost, int(micro), int(rate.scaleb(RATE_DIGITS)), int(dark_rate.scaleb(RATE_DIGITS)))
+        cost, cost_den = v.sheet.hour_cost(h.models)
+        s_micro = int(micro)
+        den = cost_den * s_micro  # C / S per micro-GPU-second = cost / den
+        multiplier, scale = v.multiplier
+        return Priced(h, v, seg, cost * s_micro, s_micro, cost, den, cost * multiplier, den * scale)
 
     def covers(self, v: _Version, pool: str, capacity: Decimal) -> dict[str, int]:
-        """Reserved GPU-seconds f x S x share per tenant of a pool-hour of capacity S, in 1e-20 (cached: the
-        same every hour of a stable pool)."""
+        """Reserved GPU-seconds f x S x share per tenant of a pool-hour of capacity S, exactly, in micro-GPU-seconds
+        / the pool's `cover_scale` (cached: the same every hour of a stable pool)."""
         covered = self.covers_of.get((v.number, pool, capacity))
         if covered is None:
-            fraction = v.reserved_fraction[pool]
-            covered = self.covers_of[v.number, pool, capacity] = {
-                tenant: int((fraction * capacity * share).quantize(EXACT).scaleb(EXACT_DIGITS)) for tenant, share in v.shares[pool]
-            } if fraction else {}
+            s_micro = int(capacity.scaleb(6))
+            covered = self.covers_of[v.number, pool, capacity] = {tenant: s_micro * n for tenant, n in v.cover_weights[pool]}
         return covered
 
     def hour_amounts(self, p: Priced, used_micro: int, dark_micro: int, inference: dict[str, int]) -> HourAmounts:
@@ -377,10 +381,11 @@ class Rater:
         dark time by other classes than inference, and per inference tenant: each inference tenant's use
         above its cover (line 2), the idle capacity and dark-time use (line 5), the reserve left unused."""
         covers = self.covers(p.version, p.hour.pool, p.hour.capacity_gpu_seconds)
+        scale = p.version.cover_scale[p.hour.pool]
         covered = 0
         overage = []
         for tenant, micro in inference.items():
-            gs = micro * TO_COVER
+            gs = micro * scale
             within = min(covers.get(tenant, 0), gs)
             covered += within
             overage.append((tenant, gs - within))
@@ -390,10 +395,10 @@ class Rater:
     def hour_lines(self, p: Priced, amounts: HourAmounts) -> None:
         """Lines 1 and 5 of one priced pool-hour from its `hour_amounts` (lines 2, 3, 4 and 6 are folded by the
         caller). Every amount is an exact product, rounded once per line in `finish`."""
-        h, rate = p.hour, p.rate_int
-        self.fold_hours(h.pool, p.version, h.capacity_gpu_seconds, 1, p.cost, h.hour, h.hour)
+        h, rate = p.hour, p.rate
+        self.fold_hours(h.pool, p.version, h.capacity_gpu_seconds, 1, p.cost, p.den, h.hour, h.hour)
         self.fold_hour_amounts(
-            h.pool, p.version.number,
+            h.pool, p.version.number, p.den,
             idle=(amounts.idle, amounts.idle * rate, h.hour, h.hour) if amounts.idle else None,
             dark=(amounts.dark, amounts.dark * rate, h.hour, h.hour) if amounts.dark else None,
             unused=(amounts.unused, amounts.unused * rate, h.hour, h.hour) if amounts.unused else None,
@@ -405,41 +410,43 @@ class Rater:
             seg = self.segments[(pool, version)] = _Segment()
         return seg
 
-    def fold_hours(self, pool: str, v: _Version, capacity: Decimal, hours: int, cost: Decimal, first: int, last: int) -> None:
-        """`hours` priced hours of one segment with capacity S, spanning first..last, their C summed: the pool's
-        C (and the version of its last hour, the rounding line's) and what line 1 (f x C x share over the
-        segment, in `finish`) needs."""
+    def fold_hours(self, pool: str, v: _Version, capacity: Decimal, hours: int, cost: int, den: int, first: int, last: int) -> None:
+        """`hours` priced hours of one segment with capacity S, spanning first..last, their C summed (cost / den):
+        the pool's C (and the version of its last hour, the rounding line's) and what line 1 (f x C x share over
+        the segment, in `finish`) needs."""
         c = self.cost.get(pool)
         if c is None:
-            self.cost[pool] = PoolCost(first, last, cost, v.number)
+            c = self.cost[pool] = PoolCost(first, last, version=v.number)
         else:
-            c.cost += cost
             if first < c.first:
                 c.first = first
             if last > c.last:
                 c.last, c.version = last, v.number
+        c.cost.add(cost, den)
         seg = self._segment(pool, v.number)
-        seg.cost += cost
+        seg.cost.add(cost, den)
         seg.capacities[capacity] = seg.capacities.get(capacity, 0) + hours
         if seg.first < 0 or first < seg.first:
             seg.first = first
         if last > seg.last:
             seg.last = last
 
-    def fold_hour_amounts(self, pool: str, version: int, *, idle: tuple | None, dark: tuple | None, unused: tuple | None) -> None:
-        """Line 5's parts over a segment's hours, each (quantity, quantity x the hours' integer rates, first hour,
-        last hour) or None when no hour had any: idle capacity (micro-GPU-seconds), dark-time use by other
-        classes than inference (micro-GPU-seconds, discounted), and reserve left unused (1e-20, credited back)."""
+    def fold_hour_amounts(self, pool: str, version: int, den: int, *, idle: tuple | None, dark: tuple | None,
+                          unused: tuple | None) -> None:
+        """Line 5's parts over a segment's hours of one rate denominator `den`, each (quantity, quantity x the hours'
+        integer rates, first hour, last hour) or None when no hour had any: idle capacity (micro-GPU-seconds),
+        dark-time use by other classes than inference (micro-GPU-seconds, discounted), and reserve left unused
+        (micro-GPU-seconds / the pool's cover scale, credited back)."""
         v, seg = self.versions[version], self.segments[(pool, version)]
         if idle:
-            seg.add_exact((PLATFORM, LineKind.IDLE, "", ""), _seconds(idle[0]), idle[1], ROW_DIGITS, idle[2], idle[3])
+            seg.add((PLATFORM, LineKind.IDLE, "", ""), _seconds(idle[0]), idle[1], den, idle[2], idle[3])
         if dark:
-            discount, digits = v.discount
-            seg.add_exact((PLATFORM, LineKind.DARK_DISCOUNT, "", ""), _seconds(dark[0]), dark[1] * discount, ROW_DIGITS + digits,
-                          dark[2], dark[3])
+            discount, scale = v.discount
+            seg.add((PLATFORM, LineKind.DARK_DISCOUNT, "", ""), _seconds(dark[0]), dark[1] * discount, den * scale, dark[2], dark[3])
         if unused:
-            seg.add_exact((PLATFORM, LineKind.RESERVED_UNUSED, "", ""), from_exact(unused[0]), -unused[1], COVER_DIGITS,
-                          unused[2], unused[3])
+            scale = v.cover_scale[pool]
+            seg.add((PLATFORM, LineKind.RESERVED_UNUSED, "", ""), Fraction(unused[0], scale * MICRO), -unused[1], den * scale,
+                    unused[2], unused[3])
 
     def breaches(self, v: _Version, seg: _Segment, hour: int, pool: str, breaches: Iterable) -> None:
         """Line 4 of one priced pool-hour: each breach minute's penalty split by co-located GPU-seconds."""
@@ -447,10 +454,10 @@ class Rater:
 
     def hour_breaches(self, v: _Version, hour: int, pool: str, breaches: Iterable) -> HourBreaches:
         """One priced pool-hour's breach minutes: each penalty split by co-located GPU-seconds (summed per account,
-        class and service, each minute's share quantized to 1e-20), the minutes credited to each service's
-        tenant, and the minutes nobody was co-located in."""
+        class and service, exactly; each minute's share of the breach minute, a quantity, to 1e-20), the minutes
+        credited to each service's tenant, and the minutes nobody was co-located in."""
         where = f"hours[{hour}:{pool}]"
-        penalties: dict[tuple[str, str, str], list[Decimal]] = {}
+        penalties: dict[tuple[str, str, str], list] = {}  # -> [breach minutes (Decimal), amount (Fraction)]
         credits: dict[str, list] = {}  # service -> [tenant, minutes]
         unattributed = []
         for i, b in enumerate(breaches):
@@ -468,6 +475,7 @@ class Rater:
             if not total:
                 unattributed.append(UnattributedBreach(service=b.service, pool=pool, minute_end=b.minute_end, penalty=penalty))
                 continue
+            per_second = Fraction(penalty) / Fraction(total)
             for tenant, gs in shares.items():
                 if tenant == UNALLOCATED:
                     account, klass = PLATFORM, UNALLOCATED  # the platform carries unallocated use, and so its penalties
@@ -475,9 +483,9 @@ class Rater:
                     account, klass = tenant, v.klass.get(tenant, "")
                     if not klass:
                         raise RatingInputError(f"{at}.colocated.{tenant}", f"tenant {tenant!r} is not in policy version {v.number}")
-                acc = penalties.setdefault((account, klass, b.service), [ZERO, ZERO])
+                acc = penalties.setdefault((account, klass, b.service), [ZERO, Fraction(0)])
                 acc[0] += (gs / total).quantize(EXACT)
-                acc[1] += (penalty * gs / total).quantize(EXACT)
+                acc[1] += per_second * Fraction(gs)
             credit = credits.setdefault(b.service, [b.service_tenant, 0])
             if credit[0] != b.service_tenant:
                 raise RatingInputError(f"{at}.service_tenant",
@@ -491,7 +499,7 @@ class Rater:
         """`hour_breaches` of one pool-hour, or summed over a segment's hours first..last, into lines 4 and the credits."""
         last = first if last is None else last
         for account, klass, service, quantity, amount in hb.penalties:
-            seg.add((account, LineKind.SLA_PENALTY, klass, service), quantity, amount, first, last)
+            seg.add((account, LineKind.SLA_PENALTY, klass, service), quantity, amount.numerator, amount.denominator, first, last)
         for service, tenant, minutes in hb.credits:
             ck = (pool, service, v.number)
             c = self.credits.get(ck)
@@ -512,16 +520,16 @@ class Rater:
     def hour_use(self, p: Priced) -> tuple[int, int, dict[str, int]]:
         """A priced pool-hour's usage rows checked and summed (what `hour_amounts` takes), folded nowhere."""
         h = p.hour
-        return self._rows(h, {}, p.rate_int, p.dark_int, f"hours[{h.hour}:{h.pool}]")
+        return self._rows(h, {}, p, f"hours[{h.hour}:{h.pool}]")
 
-    def _rows(self, h: RatingHour, rows: dict, rate: int, dark_rate: int, where: str) -> tuple[int, int, dict[str, int]]:
+    def _rows(self, h: RatingHour, rows: dict, p: Priced, where: str) -> tuple[int, int, dict[str, int]]:
         """Fold one pool-hour's usage rows; returns micro-GPU-seconds used, used in dark time, and per inference tenant.
 
-        The hot loop, in exact integers: micro-GPU-seconds (1e-6) x the rate in 1e-36 per GPU-second
-        is the amount in 1e-42, the same exact product the Decimal form would give, at a fraction
-        of the cost. `rate`/`dark_rate` are those rates as integers.
+        The hot loop, in exact integers: micro-GPU-seconds x the rate's numerator, summed per the rate's
+        denominator (one per hour, shared by the segment's hours of one capacity).
         """
         hour, pool = h.hour, h.pool
+        rate, den, dark_rate, dark_den = p.rate, p.den, p.dark_rate, p.dark_den
         used = dark_used = 0
         inference: dict[str, int] = {}
         for usage in (self._micro(h, where), h.micro_usage) if h.usage else (h.micro_usage,):
@@ -545,37 +553,41 @@ class Rater:
                     inference[tenant] = inference.get(tenant, 0) + gs
                 elif dark:
                     dark_used += gs
-                    a.amount += gs * dark_rate
+                    amount = a.amount
+                    amount[dark_den] = amount.get(dark_den, 0) + gs * dark_rate
                 else:
-                    a.amount += gs * rate
+                    amount = a.amount
+                    amount[den] = amount.get(den, 0) + gs * rate
         return used, dark_used, inference
 
     def fold_usage(self, pool: str, version: int, tenant: str, klass: str, dark: bool, sums: UsageSums) -> None:
         """Usage rows summed elsewhere (the database) over the priced hours of one segment, or over the
         unpooled hours of a version: what `_rows` and `_unpooled_rows` fold row by row. `sums.amount` is
-        micro-GPU-seconds x the rates `price` gave those hours; the rows were checked by the caller."""
+        micro-GPU-seconds x the rates `price` gave those hours, per denominator; the rows were checked by the caller."""
         seg = self.segments.get((pool, version))
         if seg is None:  # no priced hour of this pool and version: its hours were unpooled
             key = (tenant, klass)
             self.unpooled_use[key] = self.unpooled_use.get(key, 0) + sums.gpu_seconds
             return
         if klass == INFERENCE:
-            sums.amount = 0  # billed per hour by `hour_lines`, as `_rows` does
+            sums.amount = Rational()  # billed per hour by `hour_lines`, as `_rows` does
         a = seg.rows.get((tenant, klass, dark))
         if a is None:
             seg.rows[(tenant, klass, dark)] = sums
             return
         a.cover(sums.first, sums.last)
         a.gpu_seconds += sums.gpu_seconds
-        a.amount += sums.amount
+        a.amount.merge(sums.amount)
         a.activity += sums.activity
         a.samples += sums.samples
 
-    def fold_overage(self, pool: str, version: int, tenant: str, first: int, last: int, over: int, amount: int) -> None:
-        """Line 2 summed elsewhere over a segment's hours: what `overage` folds hour by hour (use above the
-        cover in 1e-20, and its amount: that x the hours' integer rates)."""
-        self.segments[(pool, version)].add_exact(
-            (tenant, LineKind.INFERENCE_OVERAGE, INFERENCE, ""), from_exact(over), amount, COVER_DIGITS, first, last)
+    def fold_overage(self, pool: str, version: int, tenant: str, first: int, last: int, over: int, amount: int, den: int) -> None:
+        """Line 2 of hours first..last of a segment, one hour or summed elsewhere over hours of one rate denominator
+        `den`: use above the cover (micro-GPU-seconds / the pool's cover scale) and its amount, that x the hours'
+        integer rates."""
+        scale = self.versions[version].cover_scale[pool]
+        self.segments[(pool, version)].add(
+            (tenant, LineKind.INFERENCE_OVERAGE, INFERENCE, ""), Fraction(over, scale * MICRO), amount, den * scale, first, last)
 
     def _unpooled_hour(self, h: RatingHour) -> None:
         self.fold_unpooled_hour(h.gpus, h.capacity_gpu_seconds)
@@ -625,11 +637,12 @@ class Rater:
         if not fraction or not seg.capacities:
             return
         total = sum((w for _, w in v.weights[pool]), ZERO)
-        owed = fraction * seg.cost
+        owed = Fraction(fraction) * seg.cost.value() / Fraction(total) if total else Fraction(0)
+        scale = v.cover_scale[pool] * MICRO
         for tenant, weight in v.weights[pool]:
             covered = sum(n * self.covers(v, pool, capacity)[tenant] for capacity, n in seg.capacities.items())
-            seg.lines[(tenant, LineKind.RESERVED_FEE, INFERENCE, "")] = LineSums(
-                seg.first, seg.last, from_exact(covered), (owed * weight / total).quantize(EXACT))
+            line = seg.lines[(tenant, LineKind.RESERVED_FEE, INFERENCE, "")] = LineSums(seg.first, seg.last, Fraction(covered, scale))
+            line.amount.add_fraction(owed * Fraction(weight))
 
     def finish(self, *, exact: bool = False) -> RatingResult:
         """Round each line once, add the credits and rounding lines, and sort deterministically."""
@@ -658,20 +671,18 @@ class Rater:
                 if klass == INFERENCE:
                     continue  # billed through lines 1 and 2, per hour
                 if klass == UNALLOCATED:  # one platform line, whatever namespaces and busy/dark it came from
-                    seg.add_exact((PLATFORM, LineKind.UNALLOCATED, UNALLOCATED, ""), gs, row.amount, ROW_DIGITS, first, last)
+                    seg.line((PLATFORM, LineKind.UNALLOCATED, UNALLOCATED, ""), gs, first, last).amount.merge(row.amount)
                 else:
                     key = (tenant, LineKind.USAGE_DARK if dark else LineKind.USAGE_BUSY, klass, "")
-                    seg.lines[key] = LineSums(first, last, gs, ZERO, row.amount, ROW_DIGITS)
+                    seg.lines[key] = LineSums(first, last, gs, row.amount)
             for (account, kind, klass, service), line in seg.lines.items():
-                qty, amount, first, last = line.quantity, line.amount, line.first, line.last
-                if line.digits:
-                    amount += _quantum(line.exact, line.digits)
-                rounded = amount.quantize(EXACT).quantize(cent)
+                qty, first, last = line.quantity, line.first, line.last
+                rounded = round_half_even(line.amount.value(), cent)  # once, from the exact sum (SPEC 5.7)
                 if kind == LineKind.SLA_PENALTY:
                     quantity, unit = qty.quantize(qunit), BREACH_MINUTE
                     penalties[(pool, service, version)] = penalties.get((pool, service, version), ZERO) + rounded
                 else:
-                    quantity, unit = (qty / SECONDS_PER_HOUR).quantize(qunit), GPU_HOUR
+                    quantity, unit = _gpu_hours(qty, qunit), GPU_HOUR
                     charged[pool] = charged.get(pool, ZERO) + rounded
                 lines.append(ChargeLine(account, pool, kind, klass, version, first, last + SECONDS_PER_HOUR, quantity, unit, rounded, service))
 
@@ -687,7 +698,7 @@ class Rater:
         cost_by_pool: dict[str, Decimal] = {}
         for pool, c in sorted(self.cost.items()):
             cost, first, last, version = c.cost, c.first, c.last, c.version
-            total = cost_by_pool[pool] = cost.quantize(cent)
+            total = cost_by_pool[pool] = round_half_even(cost.value(), cent)
             residue = total - charged.get(pool, ZERO)
             lines.append(ChargeLine(PLATFORM, pool, LineKind.ROUNDING, "", version, first, last + SECONDS_PER_HOUR, ZERO.quantize(QUANTITY), GPU_HOUR, residue))
 

@@ -5,16 +5,18 @@ capacity, dark-time use, the reserve left unused, each inference tenant's use ab
 stored once per pool-hour by `hour_rates` (the worker, after ingestion; here, for whatever of the
 period is missing), computed by the reference's own `Rater` methods. Rating a period is then sums:
 
-1. per (pool, version, capacity) over `pool_hour_rate`: hours, C, idle, dark-time use and the unused
-   reserve with their amounts and spans, folded by `Rater.fold_hours` / `fold_hour_amounts` (lines 1, 5);
-2. per (pool, version, inference tenant) over `inference_hour_rate`: line 2 (`Rater.fold_overage`);
-3. one GROUP BY of the usage rows joined to their pool-hour's rates, per segment row: lines 3 and 6
-   and the usage figures (`Rater.fold_usage`), exact (NUMERIC on PostgreSQL; on SQLite, Python integer
-   aggregates registered on the connection);
+1. per (pool, version, capacity, rate denominator) over `pool_hour_rate`: hours, C, idle, dark-time use and
+   the unused reserve with their amounts and spans, folded by `Rater.fold_hours` / `fold_hour_amounts` (lines 1, 5);
+2. per (pool, version, inference tenant, denominator) over `inference_hour_rate`: line 2 (`Rater.fold_overage`);
+3. one GROUP BY of the usage rows joined to their pool-hour's rates, per segment row and rate denominator:
+   lines 3 and 6 and the usage figures (`Rater.fold_usage`), exact (NUMERIC on PostgreSQL; on SQLite, Python
+   integer aggregates registered on the connection);
 4. the GPUs on nodes no pool names, per hour; and over `sla_hour_rate` the breach minutes' penalty
    splits, credits and unattributed minutes (line 4, `Rater.fold_breaches`).
 
-`Rater.finish` then rounds as for the reference. tests/billing/test_rating_sql.py proves the result
+Every stored amount is an integer numerator over a stored denominator and is summed per denominator, so
+the sums are exact rationals, as the reference's; a segment's hours of one capacity share a denominator,
+so grouping by it adds few groups. `Rater.finish` then rounds each line once, as for the reference. tests/billing/test_rating_sql.py proves the result
 equal to `rate_period` over the same rollups on both databases. Anything the reference would refuse
 (a pool-hour it cannot price, a bad usage row or breach minute, one pool-hour in two clusters'
 rows, a service credited to two tenants) makes this rate the
@@ -26,7 +28,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from decimal import Decimal
+from decimal import Context, Decimal, Inexact
+from fractions import Fraction
 
 from sqlalchemy import BigInteger, and_, case, cast, func, literal_column, or_, select
 from sqlalchemy.engine import Connection
@@ -36,7 +39,7 @@ from app.billing.hour_rates import store_missing
 from app.billing.loader import DocumentCache, epoch_column, load_hours
 from app.billing.models import InferenceHourRate, PoolHourRate, RateKind, SlaHourRate, SlaKind
 from app.billing.rating import CLASSES, HourBreaches, Rater, from_exact, rate_period, rating_context
-from app.billing.rating_sums import UsageSums
+from app.billing.rating_sums import Rational, UsageSums
 from app.billing.types import RatingResult, UnattributedBreach
 from app.core.db import is_postgres
 from app.core.errors import Invalid
@@ -116,25 +119,25 @@ def _hours(conn: Connection, x: _Exact, session: Session, period, rater: Rater) 
         some = quantity != 0
         return (x.sum(quantity), x.sum(amount), func.min(case((some, at))), func.max(case((some, at))))
 
-    q = (select(r.pool, r.policy_version_id, r.capacity_gpu_seconds, func.count(), x.sum(r.cost), func.min(at), func.max(at),
-                *part(r.idle, r.idle_amount), *part(r.dark, r.dark_amount), *part(r.unused, r.unused_amount))
-         .where(*period, r.kind == RateKind.PRICED).group_by(r.pool, r.policy_version_id, r.capacity_gpu_seconds))
-    for pool, version, capacity, hours, cost, first, last, *parts in conn.execute(q):
+    q = (select(r.pool, r.policy_version_id, r.capacity_gpu_seconds, r.den, func.count(), x.sum(r.cost), func.min(at),
+                func.max(at), *part(r.idle, r.idle_amount), *part(r.dark, r.dark_amount), *part(r.unused, r.unused_amount))
+         .where(*period, r.kind == RateKind.PRICED).group_by(r.pool, r.policy_version_id, r.capacity_gpu_seconds, r.den))
+    for pool, version, capacity, den, hours, cost, first, last, *parts in conn.execute(q):
         v = rater.versions[version]
-        rater.fold_hours(pool, v, capacity, hours, from_exact(int(cost)), int(first), int(last))
+        rater.fold_hours(pool, v, capacity, hours, int(cost), int(den), int(first), int(last))
         idle, dark, unused = ((int(a), int(b), int(f), int(la)) if f is not None else None
                               for a, b, f, la in (parts[0:4], parts[4:8], parts[8:12]))
-        rater.fold_hour_amounts(pool, version, idle=idle, dark=dark, unused=unused)
+        rater.fold_hour_amounts(pool, version, int(den), idle=idle, dark=dark, unused=unused)
 
 
 def _overage(conn: Connection, x: _Exact, session: Session, start: datetime, end: datetime, rater: Rater) -> None:
     """Line 2: each inference tenant's use above its cover, per segment."""
     o = InferenceHourRate
     at = epoch_column(session, o.hour)
-    q = (select(o.pool, o.policy_version_id, o.tenant, func.min(at), func.max(at), x.sum(o.over), x.sum(o.amount))
-         .where(o.hour >= start, o.hour < end).group_by(o.pool, o.policy_version_id, o.tenant))
-    for pool, version, tenant, first, last, over, amount in conn.execute(q):
-        rater.fold_overage(pool, version, tenant, int(first), int(last), int(over), int(amount))
+    q = (select(o.pool, o.policy_version_id, o.tenant, o.den, func.min(at), func.max(at), x.sum(o.over), x.sum(o.amount))
+         .where(o.hour >= start, o.hour < end).group_by(o.pool, o.policy_version_id, o.tenant, o.den))
+    for pool, version, tenant, den, first, last, over, amount in conn.execute(q):
+        rater.fold_overage(pool, version, tenant, int(first), int(last), int(over), int(amount), int(den))
 
 
 def _unpooled(conn: Connection, session: Session, period, rater: Rater) -> None:
@@ -147,20 +150,24 @@ def _unpooled(conn: Connection, session: Session, period, rater: Rater) -> None:
 
 
 def _usage(conn: Connection, x: _Exact, session: Session, start: datetime, end: datetime, rater: Rater) -> None:
-    """Lines 3 and 6 and the usage figures: every usage row of a rated pool-hour, x its rate, per segment row."""
+    """Lines 3 and 6 and the usage figures: every usage row of a rated pool-hour, x its rate, per segment row and
+    rate denominator (none for unpooled hours: they are not priced)."""
     u, r = UsageRollup.__table__.c, PoolHourRate.__table__.c
     joined = UsageRollup.__table__.join(PoolHourRate.__table__, and_(u.hour == r.hour, u.cluster == r.cluster, u.pool == r.pool))
     gs = x.gs(u.gpu_seconds)
-    q = (select(r.pool, r.policy_version_id, u.tenant, u.klass, u.dark,
+    q = (select(r.pool, r.policy_version_id, u.tenant, u.klass, u.dark, r.den,
                 x.sum(gs), x.sum(x.mul(gs, case((u.dark, r.dark_rate), else_=r.rate))), x.sum(x.nano(u)),
                 func.sum(u.activity_samples), epoch_column(session, func.min(r.hour)), epoch_column(session, func.max(r.hour)))
          .select_from(joined)
          .where(u.hour >= start, u.hour < end, r.kind.in_((RateKind.PRICED, RateKind.UNPOOLED)))
-         .group_by(r.pool, r.policy_version_id, u.tenant, u.klass, u.dark))
-    for pool, version, tenant, klass, dark, gpu_seconds, amount, activity, samples, first, last in conn.execute(q):
+         .group_by(r.pool, r.policy_version_id, u.tenant, u.klass, u.dark, r.den))
+    for pool, version, tenant, klass, dark, den, gpu_seconds, amount, activity, samples, first, last in conn.execute(q):
         if klass not in CLASSES:  # checked when the hour was stored (`Rater.hour_use`, `check_unpooled`): never here
             raise _Refused
-        sums = UsageSums(int(first), int(last), x.micro(gpu_seconds), x.micro(amount or 0), int(activity), int(samples))
+        exact = Rational()
+        if den is not None and amount is not None:  # dark rows' rate is over den x the multiplier's power of ten
+            exact.add(x.micro(amount), int(den) * (rater.versions[version].multiplier[1] if dark else 1))
+        sums = UsageSums(int(first), int(last), x.micro(gpu_seconds), exact, int(activity), int(samples))
         rater.fold_usage(pool, version, tenant, klass, bool(dark), sums)
 
 
@@ -169,20 +176,24 @@ def _breaches(conn: Connection, x: _Exact, session: Session, start: datetime, en
     nobody was co-located in)."""
     b = SlaHourRate
     at = epoch_column(session, b.hour)
-    q = (select(b.kind, b.pool, b.policy_version_id, b.service, b.account, b.klass, b.minute_end,
+    q = (select(b.kind, b.pool, b.policy_version_id, b.service, b.account, b.klass, b.minute_end, b.den,
                 x.sum(b.quantity), x.sum(b.amount), func.min(at), func.max(at))
          .where(b.hour >= start, b.hour < end)
-         .group_by(b.kind, b.pool, b.policy_version_id, b.service, b.account, b.klass, b.minute_end))
-    for kind, pool, version, service, account, klass, minute_end, quantity, amount, first, last in conn.execute(q):
+         .group_by(b.kind, b.pool, b.policy_version_id, b.service, b.account, b.klass, b.minute_end, b.den))
+    for kind, pool, version, service, account, klass, minute_end, den, quantity, amount, first, last in conn.execute(q):
         v, seg = rater.versions[version], rater.segments[(pool, version)]
         if kind == SlaKind.PENALTY:
-            hb = HourBreaches(penalties=((account, klass, service, from_exact(int(quantity)), from_exact(int(amount))),), credits=(), unattributed=())
+            hb = HourBreaches(penalties=((account, klass, service, from_exact(int(quantity)), Fraction(int(amount), int(den))),),
+                              credits=(), unattributed=())
         elif kind == SlaKind.CREDIT:
             hb = HourBreaches(penalties=(), credits=((service, account, int(quantity)),), unattributed=())
         else:
             hb = HourBreaches(penalties=(), credits=(), unattributed=(
                 UnattributedBreach(service=service, pool=pool, minute_end=int(minute_end), penalty=from_exact(int(amount))),))
         rater.fold_breaches(v, seg, int(first), pool, hb, int(last))
+
+
+_WIDE = Context(prec=1000, traps=[Inexact])  # sums of exact numerators: never rounded
 
 
 class _Exact:
@@ -198,7 +209,7 @@ class _Exact:
 
     def micro(self, value) -> int:
         """A sum of `gs` (or of `gs` x integer rates) as an integer in micro-units."""
-        return int(Decimal(value).scaleb(6)) if self.pg else int(value)
+        return int(Decimal(value).scaleb(6, _WIDE)) if self.pg else int(value)
 
     def nano(self, u):
         """round(activity_sum x 1e9) of an occupied row, as the loader reads it (float8 x 1e9 rounded half-even by rint())."""

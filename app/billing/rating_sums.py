@@ -1,11 +1,33 @@
-"""Rating's named accumulators: what a pool-hour folds into, in exact integers or Decimals (no I/O)."""
+"""Rating's named accumulators: what a pool-hour folds into, in exact integers, Decimals or rationals (no I/O)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
+from fractions import Fraction
 
 ZERO = Decimal(0)
+
+
+class Rational(dict):
+    """An exact sum of rationals held as {denominator: sum of numerators}: adding a term of a denominator seen
+    before is one integer addition (the hours of a segment share a few), the one `Fraction` is built at the end."""
+
+    __slots__ = ()
+
+    def add(self, numerator: int, denominator: int) -> None:
+        if numerator:
+            self[denominator] = self.get(denominator, 0) + numerator
+
+    def add_fraction(self, value: Fraction) -> None:
+        self.add(value.numerator, value.denominator)
+
+    def merge(self, other: Rational) -> None:
+        for denominator, numerator in other.items():
+            self.add(numerator, denominator)
+
+    def value(self) -> Fraction:
+        return sum((Fraction(n, d) for d, n in self.items()), Fraction(0))
 
 
 @dataclass(slots=True)
@@ -27,7 +49,7 @@ class UsageSums(Span):
     """One (tenant, class, busy|dark) of a segment, in exact integers."""
 
     gpu_seconds: int = 0  # micro-GPU-seconds
-    amount: int = 0  # micro-GPU-seconds x rate in 1e-36: an amount in 1e-42
+    amount: Rational = field(default_factory=Rational)  # micro-GPU-seconds x the hours' exact rates
     activity: int = 0  # engine activity x 1e9 (integers: order-free sums)
     samples: int = 0
 
@@ -36,15 +58,13 @@ class UsageSums(Span):
 class LineSums(Span):
     """One line of a segment before rounding."""
 
-    quantity: Decimal = ZERO  # GPU-seconds, or breach minutes for SLA lines
-    amount: Decimal = ZERO  # amounts quantized to 1e-20
-    exact: int = 0  # plus exact amounts: exact x 10^-digits, rounded once when the line is
-    digits: int = 0
+    quantity: Decimal | Fraction = ZERO  # GPU-seconds (exact: a Fraction for covers), or breach minutes for SLA lines
+    amount: Rational = field(default_factory=Rational)  # the exact sum of its hourly amounts, rounded once in `finish`
 
 
 @dataclass(slots=True)
 class PoolCost(Span):
-    cost: Decimal = ZERO  # C over the hours seen
+    cost: Rational = field(default_factory=Rational)  # C over the hours seen, exact
     version: int = 0  # the policy version of the last hour (the rounding line's)
 
 
