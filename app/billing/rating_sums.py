@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
+from math import lcm
 
 ZERO = Decimal(0)
 
@@ -27,7 +28,11 @@ class Rational(dict):
             self.add(numerator, denominator)
 
     def value(self) -> Fraction:
-        return sum((Fraction(n, d) for d, n in self.items()), Fraction(0))
+        """The sum, over the denominators' lcm: one integer sum and one reduction, not one per term."""
+        if not self:
+            return Fraction(0)
+        common = lcm(*self)
+        return Fraction(sum(n * (common // d) for d, n in self.items()), common)
 
 
 @dataclass(slots=True)
