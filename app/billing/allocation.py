@@ -1,11 +1,13 @@
 """The allocation explorer's figures (Kubecost-style): a window's GPU-hours, efficiency and cost per group.
 
 How a window is priced, one calendar month (billing time zone) at a time:
-- a whole month whose period is rated (draft) or finalized: its stored rating lines, exactly as the
-  invoices and the platform statement show them (`invoice`);
-- any other part of a month (the open month, a part of a month, a month never rated): the window's
-  rollups rated by `rating.rate_period` over exactly those hours, the same pure function a period is
-  rated with, so the figures are what an invoice for that span would say (`estimate`).
+- a whole month whose period is finalized: its stored rating lines, exactly as the issued invoices and
+  the platform statement show them (`invoice`); they never change, whatever is ingested later;
+- anything else (an open month, a month rated only as a draft, a part of a month): the window's rollups
+  as they are now, rated by `rating.rate_period` over exactly those hours, the same pure function a
+  period is rated with (`estimate`). A draft's lines are a snapshot of the hours ingested when it was
+  rated; the estimate includes every hour ingested since, so a month's figures are the budgets'
+  month-to-date at every moment (`month_forecast` reads them from here).
 A row's cost is the resource charges it caused: reserved fee, inference overage, busy and dark
 usage (SPEC section 5 lines 1-3) for tenants; line 6 for `unallocated`; the `platform_idle` balance
 for each pool's idle row; the rest of the platform balance (dark-time discount, reserved but unused,
@@ -299,7 +301,7 @@ def totals(rows: Iterable[Row]) -> Row:
 @dataclass(frozen=True)
 class MonthPricing:
     month: str
-    source: str  # invoice (a rated or finalized period's lines) | estimate (rated now from the rollups)
+    source: str  # invoice (a finalized period's lines) | estimate (rated now from the rollups)
     status: str  # the period's status: open | rated | finalized
 
 
@@ -342,9 +344,9 @@ _ESTIMATES: TtlCache[tuple[str | None, list[CostLine]]] = TtlCache(ttl_s=ESTIMAT
 
 
 def _stored_usage(session: Session, period: BillingPeriod, viewer: Viewer | None) -> list[NamespaceCell]:
-    """A rated period's usage as the invoices state it (per tenant, pool and class), as cells without a namespace.
+    """A finalized period's usage as the invoices state it (per tenant, pool and class), as cells without a namespace.
 
-    For whole rated months this is what the invoice says, and ~25x fewer rows than re-summing the rollups.
+    For whole finalized months this is what the invoice says, and ~25x fewer rows than re-summing the rollups.
     """
     cells = []
     stmt = readable_usage(
@@ -418,14 +420,14 @@ def _allocation(*, session: Session, window: DateRange, aggregate: str, viewer: 
                 visible: frozenset[str] | None, tenant: str, cluster: str) -> Allocation:
     lines: list[CostLine] = []
     months: list[MonthPricing] = []
-    rated: list[BillingPeriod] = []
+    finalized: list[BillingPeriod] = []
     currency = None
     for part in month_parts(window):
         period = get_period(session=session, month=part.month)
         status = period.status if period is not None else PeriodStatus.OPEN
-        if part.whole and period is not None and period.status != PeriodStatus.OPEN:
+        if part.whole and period is not None and period.status == PeriodStatus.FINALIZED:
             lines += _stored_lines(session, period, viewer)
-            rated.append(period)
+            finalized.append(period)
             currency = currency or period.currency
             months.append(MonthPricing(part.month, "invoice", status))
         else:
@@ -434,11 +436,11 @@ def _allocation(*, session: Session, window: DateRange, aggregate: str, viewer: 
             currency = currency or found
             months.append(MonthPricing(part.month, "estimate", status))
     currency = currency or "USD"
-    # Rated months span lines, not cells per cluster: a cluster's view (or the cluster aggregate) reads the rollups.
+    # Finalized months store lines, not cells per cluster: a cluster's view (or the cluster aggregate) reads the rollups.
     clusters = pool_clusters(session=session, start=window.start_utc, end=window.end_utc)
     per_cluster = bool(cluster) or aggregate == "cluster"
-    if aggregate != "namespace" and not per_cluster and len(rated) == len(months):  # whole rated months: the invoices'
-        cells = [c for period in rated for c in _stored_usage(session, period, viewer)]
+    if aggregate != "namespace" and not per_cluster and len(finalized) == len(months):  # whole finalized months: the invoices'
+        cells = [c for period in finalized for c in _stored_usage(session, period, viewer)]
     else:
         cells = namespace_cells(session=session, start=window.start_utc, end=window.end_utc, tenants=visible,
                                 cluster=cluster or None)

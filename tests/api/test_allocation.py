@@ -5,14 +5,20 @@ from __future__ import annotations
 import csv
 import io
 from datetime import UTC, datetime
+from decimal import Decimal
 
 import pytest
+from sqlalchemy import update
+from sqlmodel import Session
 
+from app.billing import budgets
 from app.core.db import unit_of_work
-from tests.support.billing import add_hour, add_namespaces, store_policy
+from app.metrics.models import UsageRollup
+from tests.support.billing import add_hour, add_namespaces, fill_month, month_hours, store_policy
 from tests.support.routes import VIEWER, VISION_MEMBER, problem
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
+DAY = 24
 SCRATCH = [("search", "inference", False, "search-prod", 1800), ("vision", "training", False, "vision-train", 2520),
            ("vision", "training", True, "vision-train", 1800), ("etl", "preprocessing", False, "data-prep", 360),
            ("unallocated", "unallocated", False, "scratch", 720)]
@@ -21,7 +27,7 @@ USAGE = [(t, k, d, s) for t, k, d, _, s in SCRATCH]
 
 @pytest.fixture
 def october(fresh_engine, api):
-    """One hour of October on 3 GPUs (idle capacity), with unallocated use in namespace `scratch`, rated."""
+    """One hour of October on 3 GPUs (idle capacity), with unallocated use in namespace `scratch`, rated (a draft)."""
     with unit_of_work(fresh_engine) as s:
         v = store_policy(s)
         add_hour(s, hour=OCT1, version=v.id, usage=USAGE, gpus=3)
@@ -31,8 +37,8 @@ def october(fresh_engine, api):
 
 def test_api_rows_and_totals(api, october):
     body = api.get("/api/v1/allocation", params={"window": "2026-10", "aggregate": "tenant"}).json()
-    assert body["window"] == "2026-10-01,2026-10-31" and body["currency"] == "USD" and body["estimated"] is False
-    assert body["months"] == [{"month": "2026-10", "source": "invoice", "status": "rated"}]
+    assert body["window"] == "2026-10-01,2026-10-31" and body["currency"] == "USD" and body["estimated"] is True
+    assert body["months"] == [{"month": "2026-10", "source": "estimate", "status": "rated"}]  # a draft: live
     rows = [(r["kind"], r["name"], r["cost"]) for r in body["rows"]]
     # allocated by cost, then unallocated, idle per pool, the platform balance
     assert [k for k, _, _ in rows] == ["allocated", "allocated", "allocated", "unallocated", "idle", "adjustment"]
@@ -88,3 +94,58 @@ def test_page_bad_dates_are_a_readable_error(api):
     api.as_(VIEWER)
     response = api.get("/allocation", params={"start": "2026-10-09", "end": "2026-10-01"})
     assert response.status_code == 422 and "start" in response.text
+
+
+def allocated(body: dict) -> dict[str, Decimal]:
+    return {r["name"]: Decimal(r["cost"]) for r in body["rows"] if r["kind"] == "allocated"}
+
+
+def month_to_date(engine, *, now: datetime) -> dict[str, Decimal]:
+    """The budget page's month-to-date cost of every tenant in November as of `now`."""
+    with Session(engine) as s:
+        return {st.name: st.forecast.actual for st in budgets.statuses(session=s, viewer=None, now=now, month="2026-11",
+                                                                       with_unbudgeted=True) if st.scope == "tenant"}
+
+
+def test_a_draft_month_is_live_in_api_and_page_and_frozen_once_finalized(fresh_engine, api):
+    """November rated as a draft on the 16th: the explorer (API and page) prices the hours ingested since, equal to
+    the budgets' month-to-date; closed, it shows the invoice lines, unmoved by a later re-ingestion."""
+    with unit_of_work(fresh_engine) as s:
+        version = store_policy(s).id
+
+    def fill(skip) -> None:
+        with unit_of_work(fresh_engine) as s:
+            fill_month(s, "2026-11", version, usage=USAGE, gpus=3, skip=skip, breach_hours=0)
+
+    fill(range(15 * DAY, 30 * DAY))
+    assert api.post("/api/v1/periods/2026-11/rate").status_code == 200
+    month = {"window": "2026-11", "aggregate": "tenant"}
+    page = {"start": "2026-11-01", "end": "2026-11-30", "aggregate": "tenant"}
+    assert allocated(api.get("/api/v1/allocation", params=month).json())["vision"] == Decimal("468.00")  # 15 days
+
+    fill({*range(15 * DAY), *range(19 * DAY, 30 * DAY)})  # days 16-19, ingested after the draft
+    body = api.get("/api/v1/allocation", params=month).json()
+    assert allocated(body) == month_to_date(fresh_engine, now=datetime(2026, 11, 20, tzinfo=UTC))
+    assert allocated(body)["vision"] == Decimal("592.80")  # 19 days at 1.30 an hour
+    assert body["months"] == [{"month": "2026-11", "source": "estimate", "status": "rated"}] and body["estimated"]
+    shown = api.get("/allocation", params=page).text
+    assert "592.80 USD" in shown and '<strong class="estimate">estimate</strong>' in shown
+
+    fill(range(19 * DAY))  # the rest of the month, then the close
+    closed = api.post("/api/v1/periods/2026-11/close", json={})
+    assert closed.status_code == 200, closed.text
+    final = api.get("/api/v1/allocation", params=month).json()
+    assert final["months"] == [{"month": "2026-11", "source": "invoice", "status": "finalized"}]
+    assert not final["estimated"] and allocated(final)["vision"] == Decimal("936.00")
+    assert allocated(final) == month_to_date(fresh_engine, now=datetime(2026, 12, 1, tzinfo=UTC))
+
+    part = {"window": "2026-11-01,2026-11-29", "aggregate": "tenant"}
+    before = allocated(api.get("/api/v1/allocation", params=part).json())
+    with unit_of_work(fresh_engine) as s:  # an hour re-ingested after the close: 2,880 vision GPU-seconds more
+        s.execute(update(UsageRollup).where(UsageRollup.hour == month_hours("2026-11")[100],
+                                            UsageRollup.tenant == "vision", UsageRollup.dark.is_(False))
+                  .values(gpu_seconds=Decimal(5400)))
+    assert allocated(api.get("/api/v1/allocation", params=part).json())["vision"] == before["vision"] + Decimal("1.04")
+    assert api.get("/api/v1/allocation", params=month).json() == final
+    shown = api.get("/allocation", params=page).text
+    assert "936.00 USD" in shown and "2026-11: invoice lines (finalized)" in shown

@@ -1,4 +1,5 @@
-"""The allocation explorer's figures: whole rated months agree with the invoices, the rest is rating's estimate.
+"""The allocation explorer's figures: whole finalized months agree with the invoices, the rest is rating's estimate
+of the rollups as they are now (a month rated only as a draft too), equal to the budgets' month-to-date.
 
 November 2026 of the SPEC example (2 A100s, search/vision/etl) plus unallocated use every hour; one hour
 also has namespace rows (the others were "ingested before namespaces were kept").
@@ -11,9 +12,9 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
-from app.billing import periods
+from app.billing import budgets, periods
 from app.billing.allocation import allocation, parse_window, split_cents
 from app.billing.loader import load_hours
 from app.billing.models import ChargeLineRecord, PoolCostRecord
@@ -23,6 +24,7 @@ from app.billing.totals import tenant_totals
 from app.billing.types import CHARGE_KINDS, PLATFORM, LineKind
 from app.core.errors import Invalid
 from app.core.timeutil import epoch
+from app.metrics.models import UsageRollup
 from app.metrics.namespace_read import NOT_RECORDED
 from tests.support.billing import EXAMPLE_USAGE, POOL, add_hour, add_namespaces, fill_month, month_hours, store_policy
 from tests.support.routes import VISION_MEMBER
@@ -45,6 +47,11 @@ def november(session):
     return version
 
 
+def finalize(session, month: str) -> None:
+    """Close a month whose every hour is ingested (nothing to accept), as finance does."""
+    assert periods.close(session=session, period=month, actor="fin").status == "finalized"
+
+
 def window(value: str):
     return parse_window(value, today=date(2026, 12, 15), tz=UTC_TZ)
 
@@ -53,10 +60,10 @@ def costs(result) -> dict[tuple[str, str], Decimal]:
     return {(r.kind, r.name): r.cost for r in result.rows}
 
 
-def test_whole_rated_month_costs_are_the_invoice_lines(session, november):
-    periods.rate(session=session, period="2026-11", actor="fin")
+def test_whole_finalized_month_costs_are_the_invoice_lines(session, november):
+    finalize(session, "2026-11")
     result = allocation(session=session, window=window("2026-11"), aggregate="tenant", viewer=None)
-    assert [(m.month, m.source, m.status) for m in result.months] == [("2026-11", "invoice", "rated")]
+    assert [(m.month, m.source, m.status) for m in result.months] == [("2026-11", "invoice", "finalized")]
     period = get_period(session=session, month="2026-11")
     lines = session.execute(select(ChargeLineRecord).where(ChargeLineRecord.period_id == period.id)).scalars().all()
     per_tenant: dict[str, Decimal] = defaultdict(Decimal)
@@ -80,18 +87,21 @@ def test_whole_rated_month_costs_are_the_invoice_lines(session, november):
     assert vision.efficiency == 0.5
 
 
-def test_an_open_month_is_rating_s_estimate_and_rating_it_changes_no_figure(session, november):
+def test_an_open_month_is_rating_s_estimate_and_rating_or_finalizing_it_changes_no_figure(session, november):
     before = allocation(session=session, window=window("2026-11"), aggregate="class", viewer=None)
-    assert [m.source for m in before.months] == ["estimate"] and before.estimated
+    assert [(m.source, m.status) for m in before.months] == [("estimate", "open")] and before.estimated
     periods.rate(session=session, period="2026-11", actor="fin")
+    draft = allocation(session=session, window=window("2026-11"), aggregate="class", viewer=None)
+    assert [(m.source, m.status) for m in draft.months] == [("estimate", "rated")] and draft.estimated
+    finalize(session, "2026-11")
     after = allocation(session=session, window=window("2026-11"), aggregate="class", viewer=None)
-    assert [m.source for m in after.months] == ["invoice"] and not after.estimated
-    assert costs(before) == costs(after)
-    assert [r.gpu_hours for r in before.rows] == [r.gpu_hours for r in after.rows]
+    assert [(m.source, m.status) for m in after.months] == [("invoice", "finalized")] and not after.estimated
+    assert costs(before) == costs(draft) == costs(after)
+    assert [r.gpu_hours for r in before.rows] == [r.gpu_hours for r in draft.rows] == [r.gpu_hours for r in after.rows]
 
 
 def test_a_part_of_a_month_is_rated_over_exactly_its_hours(session, november):
-    periods.rate(session=session, period="2026-11", actor="fin")  # a rated month does not price a part of it
+    finalize(session, "2026-11")  # a finalized month does not price a part of it
     result = allocation(session=session, window=window("2026-11-03,2026-11-05"), aggregate="pool", viewer=None)
     assert [m.source for m in result.months] == ["estimate"]
     start, end = datetime(2026, 11, 3, tzinfo=UTC), datetime(2026, 11, 6, tzinfo=UTC)
@@ -103,13 +113,13 @@ def test_a_part_of_a_month_is_rated_over_exactly_its_hours(session, november):
 
 
 def test_a_window_over_two_months_prices_each_its_own_way(session, november):
-    periods.rate(session=session, period="2026-11", actor="fin")
+    finalize(session, "2026-11")
     result = allocation(session=session, window=window("2026-11-01,2026-12-10"), aggregate="tenant", viewer=None)
     assert [(m.month, m.source) for m in result.months] == [("2026-11", "invoice"), ("2026-12", "estimate")]
 
 
 def test_by_namespace_unallocated_use_is_traced_and_lines_split_to_the_cent(session, november):
-    periods.rate(session=session, period="2026-11", actor="fin")
+    finalize(session, "2026-11")
     by_tenant = costs(allocation(session=session, window=window("2026-11"), aggregate="tenant", viewer=None))
     result = allocation(session=session, window=window("2026-11"), aggregate="namespace", viewer=None)
     rows = {(r.kind, r.name, r.tenant): r for r in result.rows}
@@ -127,7 +137,7 @@ def test_by_namespace_unallocated_use_is_traced_and_lines_split_to_the_cent(sess
 
 
 def test_a_tenant_member_sees_only_its_own_rows(session, november):
-    periods.rate(session=session, period="2026-11", actor="fin")
+    finalize(session, "2026-11")
     for aggregate in ("tenant", "department", "pool", "class", "namespace"):
         result = allocation(session=session, window=window("2026-11"), aggregate=aggregate, viewer=VISION_MEMBER)
         assert result.rows and {r.kind for r in result.rows} == {"allocated"}, aggregate
@@ -163,7 +173,7 @@ def test_split_cents_adds_up_and_favours_the_largest_remainders():
 
 
 def test_platform_lines_never_reach_a_tenant_row(session, november):
-    periods.rate(session=session, period="2026-11", actor="fin")
+    finalize(session, "2026-11")
     result = allocation(session=session, window=window("2026-11"), aggregate="tenant", viewer=None)
     assert PLATFORM not in {r.name for r in result.rows}
     assert timedelta(days=30) == result.window.end_utc - result.window.start_utc
@@ -176,3 +186,58 @@ def test_a_newly_ingested_hour_shows_in_the_next_estimate(session, november):
     add_hour(session, hour=datetime(2026, 12, 1, 5, tzinfo=UTC), version=november.id, usage=USAGE, gpus=3, breaches=())
     after = allocation(session=session, window=window("2026-12-01,2026-12-02"), aggregate="tenant", viewer=None)
     assert after.total.cost == Decimal("3.90")  # one hour of 3 A100s at 1.30
+
+
+def month_to_date(session, *, now: datetime, scope: str) -> dict[str, Decimal]:
+    """The budget page's month-to-date cost of every tenant or department as of `now`."""
+    return {s.name: s.forecast.actual for s in budgets.statuses(session=session, viewer=None, now=now, month="2026-11",
+                                                                with_unbudgeted=True) if s.scope == scope}
+
+
+def allocated(result) -> dict[str, Decimal]:
+    return {r.name: r.cost for r in result.rows if r.kind == "allocated"}
+
+
+DAY = 24
+
+
+def test_a_month_rated_as_a_draft_stays_live_and_is_the_budgets_month_to_date_until_finalized(session):
+    """Rated as a draft on the 16th, November keeps pricing every hour ingested since: at each moment its figures
+    are the budgets' month-to-date. Finalized, it is the invoice lines, whatever the rollups do afterwards."""
+    version = store_policy(session)
+    fill_month(session, "2026-11", version.id, usage=USAGE, gpus=3, skip=range(15 * DAY, 30 * DAY))
+    periods.rate(session=session, period="2026-11", actor="fin")  # days 1-15
+    fill_month(session, "2026-11", version.id, usage=USAGE, gpus=3, breach_hours=0,
+               skip={*range(15 * DAY), *range(19 * DAY, 30 * DAY)})  # days 16-19 ingested since
+    nov20 = datetime(2026, 11, 20, tzinfo=UTC)
+    for aggregate in ("tenant", "department"):
+        mtd = month_to_date(session, now=nov20, scope=aggregate)
+        for value in ("2026-11", "2026-11-01,2026-11-19"):  # the month, and the month to date on the 19th
+            result = allocation(session=session, window=window(value), aggregate=aggregate, viewer=None)
+            assert allocated(result) == mtd, (aggregate, value)
+            assert [(m.source, m.status) for m in result.months] == [("estimate", "rated")], value
+    assert mtd["research"] == Decimal("1.30") * 19 * DAY  # vision (research's one tenant): every hour of days 1-19
+
+    fill_month(session, "2026-11", version.id, usage=USAGE, gpus=3, breach_hours=0, skip=range(19 * DAY))
+    dec1 = datetime(2026, 12, 1, tzinfo=UTC)  # the month is over and every hour in: still the draft, still live
+    month = allocation(session=session, window=window("2026-11"), aggregate="tenant", viewer=None)
+    assert [(m.source, m.status) for m in month.months] == [("estimate", "rated")]
+    assert allocated(month) == month_to_date(session, now=dec1, scope="tenant")
+    assert allocated(month)["vision"] == Decimal("1.30") * 30 * DAY
+
+    finalize(session, "2026-11")
+    final = allocation(session=session, window=window("2026-11"), aggregate="tenant", viewer=None)
+    assert [(m.source, m.status) for m in final.months] == [("invoice", "finalized")]
+    assert costs(final) == costs(month)
+    # An hour re-ingested after the close: the rollups move, the finalized month does not.
+    part = window("2026-11-01,2026-11-29")
+    before = allocated(allocation(session=session, window=part, aggregate="tenant", viewer=None))
+    session.execute(update(UsageRollup).where(UsageRollup.hour == month_hours("2026-11")[100],
+                                              UsageRollup.tenant == "vision", UsageRollup.dark.is_(False))
+                    .values(gpu_seconds=Decimal(5400)))  # 2,880 GPU-seconds more at 1.30 per GPU-hour
+    after = allocated(allocation(session=session, window=part, aggregate="tenant", viewer=None))
+    assert after["vision"] - before["vision"] == Decimal("1.04")
+    again = allocation(session=session, window=window("2026-11"), aggregate="tenant", viewer=None)
+    assert [(m.source, m.status) for m in again.months] == [("invoice", "finalized")]
+    assert costs(again) == costs(final)
+    assert allocated(again) == month_to_date(session, now=dec1, scope="tenant")
