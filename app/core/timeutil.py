@@ -44,3 +44,21 @@ def hours_between(start: datetime, end: datetime) -> list[datetime]:
 def parse_iso(value: str) -> datetime:
     """Parse an ISO 8601 timestamp (a trailing Z allowed); naive means UTC."""
     return aware(datetime.fromisoformat(value.replace("Z", "+00:00")))
+
+
+def hour_runs(hours: list[datetime]) -> list[tuple[datetime, datetime]]:
+    """Consecutive hour starts as (first, last) runs, in order: [00:00, 01:00, 02:00, 05:00] -> (00:00, 02:00), (05:00, 05:00)."""
+    runs: list[tuple[datetime, datetime]] = []
+    for hour in sorted(aware(h) for h in hours):
+        if runs and hour - runs[-1][1] == HOUR:
+            runs[-1] = (runs[-1][0], hour)
+        else:
+            runs.append((hour, hour))
+    return runs
+
+
+def format_runs(hours: list[datetime], limit: int = 5) -> str:
+    """Hours as ISO runs, e.g. "2026-11-20T06:00..2026-11-30T23:00, 2026-12-01T04:00" (at most `limit` runs shown)."""
+    runs = hour_runs(hours)
+    shown = [f"{a:%Y-%m-%dT%H:%M}" + (f"..{b:%Y-%m-%dT%H:%M}" if b != a else "") for a, b in runs[:limit]]
+    return ", ".join(shown) + (f" and {len(runs) - limit} more run(s)" if len(runs) > limit else "")

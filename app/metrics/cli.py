@@ -53,8 +53,8 @@ def ingest(
 
     from app.core.db import get_engine, unit_of_work
     from app.core.settings import get_settings
-    from app.core.timeutil import hours_between
-    from app.metrics.ingest import NO_POLICY, IngestReport, hour_status, ingest_hour_list
+    from app.core.timeutil import format_runs, hours_between
+    from app.metrics.ingest import IngestReport, hour_status, ingest_hour_list
     from app.metrics.models import IngestStatus
     from app.metrics.sources import get_source
 
@@ -83,9 +83,7 @@ def ingest(
                     part = ingest_hour_list(session=session, source=source, hours=window,
                                             scrape_interval_s=settings.scrape_interval_s, progress=advance,
                                             hours_per_fetch=hours_per_fetch or None, cluster=name)
-                report.merge(part)
-                if any(error != NO_POLICY for error in part.errors.values()):
-                    break  # the source went away: stop rather than time out on every remaining window
+                report.merge(part)  # past a gap or an outage: on to the end of the range (SPEC 4)
 
     missing = 0
     with Session(engine) as session:
@@ -97,8 +95,15 @@ def ingest(
             console.print(f"{label}hours: {len(hours)}  ok: {ok}  "
                           f"gaps: {sum(1 for r in rows.values() if r.status == IngestStatus.GAP)}  "
                           f"not attempted: {sum(1 for h in hours if h not in rows)}  in {reports[name].duration_s:.1f}s")
-            for hour, error in sorted(reports[name].errors.items())[:5]:
-                console.print(f"  {hour:%Y-%m-%d %H:%M}: {error}")
+            by_reason: dict[str, list[datetime]] = {}
+            for hour, row in sorted(rows.items()):
+                if row.status == IngestStatus.GAP:
+                    by_reason.setdefault(row.last_error, []).append(hour)
+            for error, failed in by_reason.items():
+                console.print(f"  gap {format_runs(failed)}: {error}")
+            for hour, error in sorted(reports[name].errors.items()):
+                if rows.get(hour) is not None and rows[hour].status == IngestStatus.OK:
+                    console.print(f"  kept {hour:%Y-%m-%dT%H:%M} as ingested before (reading it again failed: {error})")
     if missing:
         raise typer.Exit(2)
 

@@ -41,7 +41,7 @@ from app.metrics.models import (
     UnitHourRollup,
     UsageRollup,
 )
-from app.metrics.types import HourRollup, MetricsSource
+from app.metrics.types import OCCUPANCY_METRICS, HourRollup, MetricsSource, SourceBatch
 from app.policy.document import PolicyDocument
 from app.policy.service import load_document, version_at
 
@@ -53,6 +53,7 @@ RETRY_MAX_S = 6 * SECONDS_PER_HOUR
 SAMPLE_BUDGET = 60_000
 MAX_HOURS_PER_FETCH = 24
 NO_POLICY = "no policy version was in effect"
+MAX_FAILED_FETCHES = 3  # reads of one run that fail in a row before the rest of its hours are marked gaps unread
 
 
 @dataclass
@@ -127,7 +128,7 @@ def _ingest(*, session: Session, source: MetricsSource, hours: list[datetime], s
     hours = sorted({aware(h) for h in hours})
     # Adaptive batches start with one hour: the first answer tells how large an hour of this fleet is.
     per_fetch = hours_per_fetch or 1
-    i = 0
+    i = failed = 0
 
     def next_group() -> tuple | None:
         """Plan the next batch of hours (one policy version) and start fetching it in the background."""
@@ -159,22 +160,31 @@ def _ingest(*, session: Session, source: MetricsSource, hours: list[datetime], s
             try:
                 batch = future.result()
             except AppError as exc:
-                # Nothing of these hours is stored; the rest of the run would meet the same outage,
-                # so they are recorded as gaps too (to be retried) rather than hammering the source.
-                for hour in group + hours[i:]:
-                    _mark_gap(session, cluster, hour, exc.detail if hour in group else f"not read: {exc.detail}", report,
-                              now, count_attempt=hour in group)
+                # Nothing of these hours is stored: each is a gap with the source's answer, retried later, and
+                # ingestion carries on with the next batch. After MAX_FAILED_FETCHES failures in a row the source
+                # is down: the rest of the list is marked a gap too, unasked, so that no hour is left unaccounted.
+                failed += 1
+                rest = hours[i:] if failed >= MAX_FAILED_FETCHES else []
+                for hour in group + rest:
+                    _mark_gap(session, cluster, hour, exc.detail if hour in group else
+                              f"not read ({failed} reads in a row failed): {exc.detail}", report, now,
+                              count_attempt=hour in group)
                     if progress:
                         progress(hour, IngestStatus.GAP)
-                break
+                if rest:
+                    break
+                job = next_group()
+                continue
+            failed = 0
             fetched_s = (time.perf_counter() - fetch_began) / len(group)
             if hours_per_fetch is None:
                 samples = sum(len(s.samples) for s in batch.occupancy)
                 per_fetch = max(1, min(MAX_HOURS_PER_FETCH, SAMPLE_BUDGET * len(group) // max(samples, 1)))
             job = next_group()
             for hour, part in sorted(split_hours(batch).items()):
-                if hour in batch.gaps:  # the source cannot vouch for this hour (e.g. an exporter outage)
-                    _mark_gap(session, cluster, from_epoch(hour), batch.gaps[hour], report, now, count_attempt=True)
+                why = batch.gaps.get(hour) or unreported(part, policy)
+                if why:  # the source cannot vouch for this hour (e.g. an exporter outage, an empty answer)
+                    _mark_gap(session, cluster, from_epoch(hour), why, report, now, count_attempt=True)
                     if progress:
                         progress(from_epoch(hour), IngestStatus.GAP)
                     continue
@@ -191,6 +201,19 @@ def _ingest(*, session: Session, source: MetricsSource, hours: list[datetime], s
     session.flush()
     report.duration_s = time.perf_counter() - began
     return report
+
+
+def unreported(part: SourceBatch, policy: PolicyDocument) -> str | None:
+    """Why an hour that the source answered cannot be billed, when it holds no occupancy series of any pooled node.
+
+    An empty but successful answer (a wrong URL path, a relabelling that dropped the exporter, a fresh install, the
+    whole cluster's exporters down) would otherwise store the hour ok with zero use and zero capacity (SPEC 4)."""
+    pooled = {node for pool in policy.pools for node in pool.nodes}
+    if not pooled or any(s.samples and s.labels.host in pooled for s in part.occupancy):
+        return None
+    names = sorted(pooled)
+    return (f"the source answered, but with no occupancy series ({' or '.join(OCCUPANCY_METRICS)}) for any of the {len(names)} pooled node(s) ({', '.join(names[:5])}{' ...' if len(names) > 5 else ''}): "
+            "a wrong URL path, a relabelling that dropped the exporter, or the exporters down (not billed as zero use)")
 
 
 def _same_version(session: Session, hour: datetime, version_id: int) -> bool:

@@ -117,18 +117,21 @@ class DownSource:
 
 def test_a_gap_emits_one_event_per_hour_and_attempt(session):
     store_policy(session, effective_from=OCT1 - timedelta(days=1))
-    hours = [OCT1, OCT1 + timedelta(hours=1)]
-    now = OCT1 + timedelta(hours=3)
-    ingest_hour_list(session=session, source=DownSource(), hours=hours, now=now)
+    hours = [OCT1 + timedelta(hours=h) for h in range(4)]
+    now = OCT1 + timedelta(hours=5)
+    ingest_hour_list(session=session, source=DownSource(), hours=hours, now=now, hours_per_fetch=1)
     first = events(session, "ingestion.gap")
-    # The first hour was read and failed (attempt 1); the second was not read at all (attempt 0).
-    assert [(e.data["hour"], e.data["attempts"]) for e in first] == [("2026-10-01T00:00:00Z", 1),
-                                                                    ("2026-10-01T01:00:00Z", 0)]
+    # Ingestion carries on past a failed read: hours 0-2 were each read and failed (attempt 1); after 3 failures in
+    # a row the source is down and hour 3 is a gap not read at all (attempt 0).
+    assert [(e.data["hour"], e.data["attempts"]) for e in first] == [
+        ("2026-10-01T00:00:00Z", 1), ("2026-10-01T01:00:00Z", 1), ("2026-10-01T02:00:00Z", 1),
+        ("2026-10-01T03:00:00Z", 0)]
     assert "did not answer" in first[0].data["error"] and first[0].tenant is None
-    assert first[0].data["next_retry_at"] == "2026-10-01T03:01:00Z"
-    # Retried: a new attempt of each hour, a new event each; the same attempt recorded again adds nothing.
-    ingest_hour_list(session=session, source=DownSource(), hours=hours, now=now + timedelta(minutes=1))
+    assert first[3].data["error"].startswith("not read (3 reads in a row failed)")
+    assert first[0].data["next_retry_at"] == "2026-10-01T05:01:00Z"
+    # Retried: a new attempt of each hour read, a new event each; the same attempt recorded again adds nothing.
+    ingest_hour_list(session=session, source=DownSource(), hours=hours[:1], now=now + timedelta(minutes=1))
     after = events(session, "ingestion.gap")
-    assert [(e.data["hour"], e.data["attempts"]) for e in after[2:]] == [("2026-10-01T00:00:00Z", 2)]
+    assert [(e.data["hour"], e.data["attempts"]) for e in after[4:]] == [("2026-10-01T00:00:00Z", 2)]
     assert session.get(IngestHour, ("default", OCT1)).attempts == 2
-    assert session.get(IngestHour, ("default", OCT1 + timedelta(hours=1))).attempts == 0
+    assert session.get(IngestHour, ("default", OCT1 + timedelta(hours=3))).attempts == 0
