@@ -19,9 +19,9 @@ from sqlmodel import Session
 
 from app.billing.models import BillingPeriod, ChargeLineRecord, LineSource, PeriodStatus, UnattributedBreachRecord
 from app.billing.period import Period, get_period
-from app.billing.periods import unpooled_status
+from app.billing.periods import hour_status, unpooled_status
 from app.billing.reconciliation import findings, period_reconciliation
-from app.core.timeutil import aware
+from app.core.timeutil import aware, floor_hour, format_runs
 from app.metrics.models import IngestHour
 from app.metrics.reconcile.store import ReconcileState
 from app.metrics.usage_read import Coverage, hours_coverage
@@ -56,6 +56,9 @@ class CloseState:
     currency: str = "USD"
     reconcile: ReconcileState = ReconcileState()  # the source check (default: no cluster to check)
     accept_unreconciled_reason: str | None = None
+    gap_hours: tuple[datetime, ...] = ()  # finished hours a cluster could not answer (acceptable with a reason)
+    # Cluster -> its finished hours never attempted (no acceptance covers them: ingest them first).
+    missing_by_cluster: dict[str, list[datetime]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,8 @@ class Checklist:
 
     @property
     def blocked(self) -> bool:
-        """Blocked for good: a block no acceptance lifts (none today; the page then offers no Finalize)."""
+        """Blocked for good: a block no acceptance lifts (hours never ingested, a month not ended; the page then offers no
+        Finalize)."""
         return any(i.status == ItemStatus.BLOCKS and not i.accept for i in self.items)
 
     @property
@@ -117,27 +121,32 @@ def _coverage_item(state: CloseState) -> ChecklistItem:
     if state.status == PeriodStatus.FINALIZED:
         if state.accept_gaps_reason:
             return ChecklistItem("coverage", title, ItemStatus.OK, detail + ".",
-                                 f"Closed with missing hours accepted: {state.accept_gaps_reason}")
+                                 f"Closed with gap hours accepted: {state.accept_gaps_reason}")
         return ChecklistItem("coverage", title, ItemStatus.OK, detail + ".", "Nothing to do.")
     if c.in_progress:
         return ChecklistItem(
             "coverage", title, ItemStatus.BLOCKS,
-            detail + f"; the month has not ended ({_plural(c.total - c.hours, 'hour')} still to come, never billed "
-            "once it is closed)." + _by_cluster(c),
-            "Close the month after it has ended and its last hours are ingested; to close it now anyway, tick "
-            "\u201cAccept the missing hours\u201d below and give a reason.",
-            accept="accept_gaps",
+            detail + f"; the month has not ended ({_plural(c.total - c.hours, 'hour')} still to come)." + _by_cluster(c),
+            "Close the month after it has ended and its last hours are ingested.",
         )
-    if c.partial:
-        parts = []
-        if c.gaps:
-            parts.append(f"{_plural(c.gaps, 'hour')} Prometheus could not answer (gaps, retried automatically)")
-        if c.missing:
-            parts.append(f"{_plural(c.missing, 'hour')} never ingested")
+    if state.missing_by_cluster or c.missing:
+        never = "; ".join(f"{cluster}: {_plural(len(hours), 'hour')} ({format_runs(hours, limit=3)})"
+                          for cluster, hours in state.missing_by_cluster.items()) or _plural(c.missing, "hour")
+        todo = "; ".join(f"ingest {format_runs(hours)} for {cluster}" for cluster, hours in state.missing_by_cluster.items())
         return ChecklistItem(
-            "coverage", title, ItemStatus.BLOCKS, detail + ": " + "; ".join(parts) + ". They are not billed."
-            + _by_cluster(c),
-            "Wait for ingestion to fill them, or tick \u201cAccept the missing hours\u201d below and give a reason.",
+            "coverage", title, ItemStatus.BLOCKS,
+            detail + f": hours never ingested, which no acceptance covers \u2014 {never}." + _by_cluster(c),
+            (f"{todo[0].upper()}{todo[1:]} first" if todo else "Ingest them first")
+            + " (the worker catches up on its own). Hours the source then cannot answer become gaps, which a close "
+            "can accept with a reason.",
+        )
+    if c.gaps:
+        return ChecklistItem(
+            "coverage", title, ItemStatus.BLOCKS,
+            detail + f": {_plural(c.gaps, 'hour')} the source could not answer (gaps, retried automatically: "
+            f"{format_runs(list(state.gap_hours), limit=3)}). They are not billed; the statement shows the capacity "
+            "they leave unmeasured." + _by_cluster(c),
+            "Wait for the retries to fill them, or tick \u201cAccept the gap hours\u201d below and give a reason.",
             accept="accept_gaps",
         )
     return ChecklistItem("coverage", title, ItemStatus.OK, detail + ".", "Nothing to do.")
@@ -268,7 +277,12 @@ def close_state(*, session: Session, period: Period, now: datetime) -> CloseStat
     latest = session.execute(
         select(func.max(IngestHour.ingested_at)).where(IngestHour.hour >= period.start, IngestHour.hour < period.end)
     ).scalar_one()
+    hours = hour_status(session=session, period=period)
+    finished = floor_hour(now)
     base = {"month": period.month, "coverage": coverage, "latest_ingest": latest, "unpooled_hours": unpooled.hours,
+            "gap_hours": tuple(hours.gaps),
+            "missing_by_cluster": {cluster: [h for h in missed if h < finished]
+                                   for cluster, missed in hours.missing_by_cluster.items() if missed[0] < finished},
             "unpooled_gpus": unpooled.max_gpus, "unpooled_gpu_hours": unpooled.capacity_gpu_hours,
             "reconcile": period_reconciliation(session=session, period=period, now=now)}
     if row is None:

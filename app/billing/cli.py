@@ -86,7 +86,7 @@ def rate_command(period: str = typer.Option(..., "--period", help="YYYY-MM")) ->
 @app.command("close")
 def close_command(
     period: str = typer.Option(..., "--period", help="YYYY-MM"),
-    accept_gaps: bool = typer.Option(False, "--accept-gaps", help="finalize even with gap or missing hours"),
+    accept_gaps: bool = typer.Option(False, "--accept-gaps", help="finalize even with gap hours (hours never ingested still block: ingest them first)"),
     accept_unpooled: bool = typer.Option(
         False, "--accept-unpooled", help="finalize although GPUs on nodes no policy pool names stay unpriced"
     ),

@@ -30,6 +30,7 @@ from app.billing.models import (
     PoolCostRecord,
     TenantUsageRecord,
     UnattributedBreachRecord,
+    UnmeasuredCapacityRecord,
     UnpooledUsageRecord,
 )
 from app.billing.totals import BILLED_KINDS, NOT_TENANTS, account_totals, department_rollup, fold_totals
@@ -61,6 +62,8 @@ class PeriodView:
     terms: dict[int, VersionTerms] = field(default_factory=dict)
     # Breach minutes stored for the period's hours per (service, pool): the SLA page's count.
     breach_minutes: dict[tuple[str, str], int] = field(default_factory=dict)
+    # Per (cluster, pool) the gap hours and the capacity they left unmeasured, as rated (SPEC 5.8).
+    unmeasured: list[UnmeasuredCapacityRecord] = field(default_factory=list)
 
     @property
     def tenants(self) -> list[str]:
@@ -128,10 +131,18 @@ def load_view(*, session: Session, period: BillingPeriod) -> PeriodView:
             .order_by(UnpooledUsageRecord.tenant, UnpooledUsageRecord.klass)
         ).scalars()
     )
+    unmeasured = list(
+        session.execute(
+            select(UnmeasuredCapacityRecord)
+            .where(UnmeasuredCapacityRecord.period_id == pid)
+            .order_by(UnmeasuredCapacityRecord.cluster, UnmeasuredCapacityRecord.pool)
+        ).scalars()
+    )
     findings = findings_summary(session=session, start=period.starts_at, end=period.ends_at)
     return PeriodView(period=period, lines=lines, usage=usage, unattributed=unattributed, costs=costs,
                       unpooled=unpooled, findings=findings, terms=version_terms(session, {l.policy_version for l in lines}),
-                      breach_minutes=breach_minute_counts(session=session, start=period.starts_at, end=period.ends_at))
+                      breach_minutes=breach_minute_counts(session=session, start=period.starts_at, end=period.ends_at),
+                      unmeasured=unmeasured)
 
 
 def version_terms(session: Session, versions: set[int]) -> dict[int, VersionTerms]:
@@ -314,6 +325,12 @@ def platform_statement(view: PeriodView) -> dict:
         "hours_ok": view.period.hours_ok,
         "gap_hours": json.loads(view.period.gap_hours),
         "missing_hours": json.loads(view.period.missing_hours),
+        # Per pool the gap hours and what their capacity would have cost (GPUs last seen x hours x cost per
+        # GPU-hour at default power): an estimate the platform absorbs, never billed (SPEC 5.8).
+        "unmeasured": [{"cluster": u.cluster, "pool": u.pool, "gap_hours": u.gap_hours, "gpus": u.gpus,
+                        "gpu_hours": Decimal(u.gpu_hours).quantize(QUANTITY), "amount": Decimal(u.amount)}
+                       for u in view.unmeasured],
+        "unmeasured_total": sum((Decimal(u.amount) for u in view.unmeasured), ZERO),
         "accept_gaps_reason": view.period.accept_gaps_reason,
         "unpooled": {
             "hours": view.period.unpooled_hours, "max_gpus": view.period.unpooled_gpus,

@@ -141,6 +141,21 @@ class PoolCostRecord(SQLModel, table=True):
     cost: Decimal = Field(sa_column=Column(MONEY, nullable=False))
 
 
+class UnmeasuredCapacityRecord(SQLModel, table=True):
+    """A pool's gap hours in the period and the capacity they left unmeasured (SPEC 5.8), as rated: never billed,
+    absorbed by the platform, shown on the statement (`app/billing/unmeasured.py`)."""
+
+    __tablename__ = "unmeasured_capacity"
+
+    period_id: int = Field(foreign_key="billing_period.id", primary_key=True, ondelete="CASCADE")
+    cluster: str = Field(primary_key=True)
+    pool: str = Field(primary_key=True)
+    gap_hours: int
+    gpus: int  # GPUs last seen before the gap
+    gpu_hours: Decimal = Field(sa_column=Column(QUANTITY, nullable=False))
+    amount: Decimal = Field(sa_column=Column(MONEY, nullable=False))
+
+
 class DocumentKind(StrEnum):
     CSV = "csv"
     FOCUS = "focus"
@@ -163,7 +178,8 @@ class IssuedDocument(SQLModel, table=True):
 
 
 # Rated figures feed cached answers (overview cost, allocation); issued documents are served as stored.
-watch(BillingPeriod, ChargeLineRecord, TenantUsageRecord, UnpooledUsageRecord, UnattributedBreachRecord, PoolCostRecord)
+watch(BillingPeriod, ChargeLineRecord, TenantUsageRecord, UnpooledUsageRecord, UnattributedBreachRecord, PoolCostRecord,
+      UnmeasuredCapacityRecord)
 
 
 class ExactInt(TypeDecorator):

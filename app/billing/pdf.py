@@ -280,6 +280,9 @@ def render_pdf(view: PeriodView) -> bytes:
             doc.line_text(f"Unpooled accepted: {unpooled['accept_reason']}")
     for hour in statement["gap_hours"][:48]:
         doc.line_text(f"  gap hour {hour}")
+    for u in statement["unmeasured"]:  # only when there are gaps, so complete months keep their bytes
+        doc.line_text(f"  unmeasured capacity of {_pool(u, statement['several_clusters'])}: {u['gap_hours']} gap hours x "
+                      f"{u['gpus']} GPUs last seen = {u['gpu_hours']:.2f} GPU-hours, {_money(u['amount'], cur)} (not billed)")
     doc.line_text(
         f"Unattributed SLA breach minutes: {len(statement['unattributed_breaches'])}"
         f" (penalty nobody pays: {_money(statement['unattributed_penalty_total'], cur)})"

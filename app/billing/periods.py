@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from itertools import islice
@@ -28,19 +28,21 @@ from app.billing.models import (
     PoolCostRecord,
     TenantUsageRecord,
     UnattributedBreachRecord,
+    UnmeasuredCapacityRecord,
     UnpooledUsageRecord,
 )
 from app.billing.period import Period, get_period, month_name, next_month, parse_period, require_started
 from app.billing.rating_sql import rate_stored
 from app.billing.reconciliation import period_reconciliation, unreconciled_message
 from app.billing.types import PLATFORM, ChargeLine, RatingResult
+from app.billing.unmeasured import unmeasured_capacity
 from app.core.audit import record
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
 from app.core.event_payloads import CorrectionCreated, PeriodRated
 from app.core.events import emit
 from app.core.settings import get_settings
-from app.core.timeutil import SECONDS_PER_HOUR, from_epoch, hours_between, utcnow
-from app.metrics.cluster_hours import hour_states, scope
+from app.core.timeutil import HOUR, SECONDS_PER_HOUR, format_runs, from_epoch, hours_between, utcnow
+from app.metrics.cluster_hours import hour_states, never_ingested, scope
 from app.metrics.models import IngestHour, IngestStatus, PoolHourRollup, UsageRollup
 
 CENT = Decimal("0.01")
@@ -53,6 +55,8 @@ class HourStatus:
     ok: int
     gaps: list[datetime] = field(default_factory=list)
     missing: list[datetime] = field(default_factory=list)
+    # Cluster -> its hours never attempted; an hour may be a gap in one cluster and missing in another.
+    missing_by_cluster: dict[str, list[datetime]] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -60,17 +64,32 @@ class HourStatus:
 
 
 def hour_status(*, session: Session, period: Period) -> HourStatus:
-    """Which hours of the period are ingested (ok in every cluster), gaps (in some cluster), or not tried yet (missing)."""
+    """Which hours of the period are ingested (ok in every cluster), gaps (in some cluster), or never attempted in
+    some cluster (missing: each cluster's named)."""
     expected = hours_between(period.start, period.end)
-    seen = hour_states(session=session, start=period.start, end=period.end, clusters=scope())
-    status = HourStatus(expected=len(expected), ok=sum(1 for s in seen.values() if s == IngestStatus.OK))
+    clusters = scope()
+    seen = hour_states(session=session, start=period.start, end=period.end, clusters=clusters)
+    by_cluster = never_ingested(session=session, start=period.start, end=period.end, clusters=clusters)
+    status = HourStatus(expected=len(expected), ok=sum(1 for s in seen.values() if s == IngestStatus.OK),
+                        missing_by_cluster=by_cluster)
+    unread = set().union(*by_cluster.values())
     for hour in expected:
-        state = seen.get(hour)
-        if state is None:
+        if hour in unread:
             status.missing.append(hour)
-        elif state != IngestStatus.OK:
+        elif seen.get(hour) == IngestStatus.GAP:
             status.gaps.append(hour)
     return status
+
+
+def missing_message(month: str, by_cluster: dict[str, list[datetime]]) -> str:
+    """Why a close is refused while hours were never ingested, and the command that fills them."""
+    todo = "; ".join(f"ingest {format_runs(hours)} for {cluster}" for cluster, hours in by_cluster.items())
+    commands = " ".join(
+        f"chargeback ingest --cluster {cluster} --start {min(hours):%Y-%m-%dT%H:%MZ} "
+        f"--end {max(hours) + HOUR:%Y-%m-%dT%H:%MZ}"
+        for cluster, hours in by_cluster.items())
+    return (f"Billing period {month} has hours never ingested, which no acceptance covers: {todo} first "
+            f"({commands}). Hours the source could not answer then become gaps, which a close can accept with a reason.")
 
 
 def _get_or_create(session: Session, period: Period) -> BillingPeriod:
@@ -164,8 +183,10 @@ def close(
     if row.status == PeriodStatus.FINALIZED:
         raise Conflict(f"Billing period {p.month} is already finalized")
     hours = hour_status(session=session, period=p)
-    if not hours.complete and not accept_gaps:
-        raise Conflict(_incomplete_message(p, hours))
+    if hours.missing:
+        raise Conflict(missing_message(p.month, hours.missing_by_cluster))
+    if hours.gaps and not accept_gaps:
+        raise Conflict(_gaps_message(p, hours))
     unpooled = unpooled_status(session=session, period=p)
     if unpooled.hours and not accept_unpooled:
         raise Conflict(_unpooled_message(p, unpooled))
@@ -208,19 +229,11 @@ def billed_total(*, session: Session, period: BillingPeriod) -> Decimal:
     return sum((Decimal(a) for a in amounts), Decimal(0))  # in Python: SQLite would sum NUMERIC as floats
 
 
-def _incomplete_message(p: Period, hours: HourStatus) -> str:
-    def sample(items: list[datetime]) -> str:
-        shown = ", ".join(h.strftime("%Y-%m-%dT%H:%MZ") for h in items[:3])
-        return shown + (f" and {len(items) - 3} more" if len(items) > 3 else "")
-
-    parts = []
-    if hours.missing:
-        parts.append(f"{len(hours.missing)} hour(s) not ingested yet ({sample(hours.missing)})")
-    if hours.gaps:
-        parts.append(f"{len(hours.gaps)} gap hour(s) ({sample(hours.gaps)})")
+def _gaps_message(p: Period, hours: HourStatus) -> str:
     return (
-        f"Billing period {p.month} is incomplete: " + "; ".join(parts)
-        + ". Wait for ingestion, or close with accept_gaps and a reason (CLI: --accept-gaps --reason \"...\")."
+        f"Billing period {p.month} has {len(hours.gaps)} gap hour(s) the source could not answer "
+        f"({format_runs(hours.gaps, limit=3)}). Wait for ingestion to retry them, or close with accept_gaps and a "
+        "reason (CLI: --accept-gaps --reason \"...\"); they are not billed, and the statement shows what they cost."
     )
 
 
@@ -285,7 +298,8 @@ def _rate_into(session: Session, row: BillingPeriod, p: Period, actor: str) -> R
     docs = DocumentCache(session)
     result = _rating_result(session, p, docs)
     hours = hour_status(session=session, period=p)
-    for table in (TenantUsageRecord, UnattributedBreachRecord, PoolCostRecord, UnpooledUsageRecord):
+    for table in (TenantUsageRecord, UnattributedBreachRecord, PoolCostRecord, UnpooledUsageRecord,
+                  UnmeasuredCapacityRecord):
         session.execute(delete(table).where(table.period_id == row.id))
     session.execute(
         delete(ChargeLineRecord).where(ChargeLineRecord.period_id == row.id, ChargeLineRecord.source == LineSource.RATING)
@@ -331,6 +345,10 @@ def _rate_into(session: Session, row: BillingPeriod, p: Period, actor: str) -> R
     ]
     if unpooled:
         session.execute(insert(UnpooledUsageRecord), unpooled)
+    unmeasured = [{"period_id": row.id, **asdict(u)} for u in unmeasured_capacity(
+        session=session, start=p.start, end=p.end, docs=docs, currency=result.currency)]
+    if unmeasured:
+        session.execute(insert(UnmeasuredCapacityRecord), unmeasured)
     row = session.get(BillingPeriod, row.id)
     row.unpooled_hours, row.unpooled_gpus = result.unpooled.hours, result.unpooled.max_gpus
     row.unpooled_gpu_hours = result.unpooled.capacity_gpu_hours

@@ -16,7 +16,7 @@ from datetime import datetime
 from sqlalchemy import case, func, select
 from sqlmodel import Session
 
-from app.core.timeutil import aware
+from app.core.timeutil import aware, hours_between
 from app.metrics.models import IngestHour, IngestStatus, PoolHourRollup
 from app.policy.document import UNPOOLED
 
@@ -52,6 +52,22 @@ def hour_states(*, session: Session, start: datetime, end: datetime, clusters: S
         elif ok == need:
             out[aware(hour)] = IngestStatus.OK
     return out
+
+
+def never_ingested(*, session: Session, start: datetime, end: datetime,
+                   clusters: Sequence[str]) -> dict[str, list[datetime]]:
+    """Cluster -> the hours of [start, end) it has never attempted (no row, neither ok nor gap), for the clusters
+    with any: these block a close until ingested (SPEC 4), unlike gaps, which can be accepted with a reason."""
+    rows = session.execute(
+        select(IngestHour.cluster, IngestHour.hour)
+        .where(IngestHour.hour >= aware(start), IngestHour.hour < aware(end), IngestHour.cluster.in_(list(clusters)))
+    ).all()
+    seen: dict[str, set[datetime]] = {c: set() for c in clusters}
+    for cluster, hour in rows:
+        seen[cluster].add(aware(hour))
+    every = hours_between(aware(start), aware(end))
+    out = {c: [h for h in every if h not in seen[c]] for c in dict.fromkeys(clusters)}
+    return {c: hours for c, hours in out.items() if hours}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from app.core.db import unit_of_work
-from tests.support.billing import add_hour, fill_month, issue_documents, store_policy
+from tests.support.billing import add_hour, fill_month, issue_documents, record_gaps, store_policy
 from tests.support.routes import VIEWER, VISION_MEMBER, problem
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
@@ -88,9 +88,13 @@ def test_missing_price_is_422_and_writes_nothing(api, fresh_engine):
     problem(api.get("/api/v1/periods/2026-10/invoices"), 404)
 
 
-def test_close_conflicts_and_accepting_gaps(api, rated):
+def test_close_conflicts_and_accepting_gaps(api, rated, fresh_engine):
+    body = problem(api.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True, "reason": "test month"}), 409)
+    assert "never ingested, which no acceptance covers" in body["detail"]  # missing hours: ingest them first
+    with unit_of_work(fresh_engine) as s:
+        record_gaps(s, "2026-10")  # ingested: the source could not answer them
     body = problem(api.post("/api/v1/periods/2026-10/close"), 409)
-    assert "not ingested" in body["detail"]
+    assert "743 gap hour(s) the source could not answer" in body["detail"]
     body = problem(api.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True}), 422)
     assert body["errors"][0]["path"] == "reason"
     closed = api.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True, "reason": "test month"})
@@ -110,12 +114,22 @@ def test_checklist_says_what_blocks_the_close_and_what_to_do(api, fresh_engine):
     assert before.status_code == 200, before.text
     body = before.json()
     assert (body["period"], body["status"], body["hours_expected"], body["hours_ok"]) == ("2026-10", "open", 744, 741)
+    assert body["ready"] is False and body["needs"] == []  # hours never ingested: no acceptance closes the month
+    coverage = body["items"][0]
+    assert coverage["status"] == "blocks close" and coverage["accept"] is None
+    assert "default: 2 hours (2026-10-01T10:00..2026-10-01T11:00)" in coverage["detail"]
+    assert coverage["action"].startswith("Ingest 2026-10-01T10:00..2026-10-01T11:00 for default first")
+    with unit_of_work(fresh_engine) as s:
+        record_gaps(s, "2026-10")  # hours 10-11 ingested: the source could not answer them either
+
+    body = api.get("/api/v1/periods/2026-10/checklist").json()
     assert body["ready"] is False and body["needs"] == ["accept_gaps"]
     items = {i["key"]: i for i in body["items"]}
     assert list(items) == ["coverage", "reconcile", "unpooled", "rating", "unattributed", "corrections"]
     assert items["coverage"]["status"] == "blocks close" and items["coverage"]["accept"] == "accept_gaps"
-    assert "2 hours never ingested" in items["coverage"]["detail"] and "1 hour Prometheus" in items["coverage"]["detail"]
-    assert "Accept the missing hours" in items["coverage"]["action"] and "--" not in items["coverage"]["action"]
+    assert "3 hours the source could not answer" in items["coverage"]["detail"]
+    assert "2026-10-01T10:00..2026-10-01T12:00" in items["coverage"]["detail"]
+    assert "Accept the gap hours" in items["coverage"]["action"] and "--" not in items["coverage"]["action"]
     assert items["rating"]["status"] == "needs attention" and items["unpooled"]["status"] == "ok"
 
     api.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True, "reason": "outage"})

@@ -15,7 +15,7 @@ from app.billing.models import ChargeLineRecord
 from app.billing.period import parse_period
 from app.metrics.models import IngestHour
 from app.metrics.usage_read import Coverage
-from tests.support.billing import add_hour, fill_month, store_policy
+from tests.support.billing import add_hour, fill_month, record_gaps, store_policy
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
 NOW = datetime(2026, 11, 20, tzinfo=UTC)
@@ -38,10 +38,10 @@ def test_a_whole_rated_month_is_ready_and_every_item_ok():
 
 @pytest.mark.parametrize(("coverage", "status", "accept", "words"), [
     (WHOLE, ItemStatus.OK, None, "744 of 744 hours ingested."),
-    (Coverage(hours=744, ok=2, gaps=0, expected=744), ItemStatus.BLOCKS, "accept_gaps", "742 hours never ingested"),
+    (Coverage(hours=744, ok=2, gaps=0, expected=744), ItemStatus.BLOCKS, None, "742 hours"),
     (Coverage(hours=744, ok=743, gaps=1, expected=744), ItemStatus.BLOCKS, "accept_gaps",
-     "1 hour Prometheus could not answer"),
-    (Coverage(hours=300, ok=300, gaps=0, expected=744), ItemStatus.BLOCKS, "accept_gaps", "444 hours still to come"),
+     "1 hour the source could not answer"),
+    (Coverage(hours=300, ok=300, gaps=0, expected=744), ItemStatus.BLOCKS, None, "444 hours still to come"),
 ])
 def test_coverage_item(coverage, status, accept, words):
     got = item(replace(RATED, coverage=coverage), "coverage")
@@ -49,20 +49,35 @@ def test_coverage_item(coverage, status, accept, words):
     assert "--" not in got.action  # plain words, no command-line flags
 
 
-def test_missing_hours_block_until_accepted_with_a_reason():
-    result = checklist(replace(RATED, coverage=Coverage(hours=744, ok=2, gaps=0, expected=744)))
+def test_gap_hours_block_until_accepted_with_a_reason():
+    state = replace(RATED, coverage=Coverage(hours=744, ok=743, gaps=1, expected=744),
+                    gap_hours=(OCT1 + timedelta(hours=5),))
+    result = checklist(state)
     assert result.needs == ["accept_gaps"] and not result.ready and not result.blocked
+    assert "2026-10-01T05:00" in item(state, "coverage").detail
     assert set(result.refusal(accept_gaps=False, accept_unpooled=False, reason="")) == {"accept_gaps"}
     assert set(result.refusal(accept_gaps=True, accept_unpooled=False, reason="  ")) == {"reason"}
     assert result.refusal(accept_gaps=True, accept_unpooled=False, reason="exporter outage") == {}
 
 
-def test_a_month_not_ended_blocks_unless_its_missing_hours_are_accepted():
-    """As `periods.close`: the hours still to come count as missing; closing early needs the acceptance."""
+def test_hours_never_ingested_block_whatever_is_accepted():
+    """SPEC 4: only gaps can be accepted; hours never attempted are named per cluster, to be ingested first."""
+    missing = {"west": [OCT1 + timedelta(hours=h) for h in range(460, 744)]}
+    result = checklist(replace(RATED, coverage=Coverage(hours=744, ok=460, gaps=0, expected=744),
+                               missing_by_cluster=missing))
+    assert result.blocked and result.needs == [] and not result.ready
+    got = item(replace(RATED, coverage=Coverage(744, 460, 0, 744), missing_by_cluster=missing), "coverage")
+    assert "west: 284 hours (2026-10-20T04:00..2026-10-31T23:00)" in got.detail
+    assert got.action.startswith("Ingest 2026-10-20T04:00..2026-10-31T23:00 for west first")
+    refused = result.refusal(accept_gaps=True, accept_unpooled=False, reason="ship it")
+    assert set(refused) == {"period"} and "which no acceptance covers" in refused["period"]
+
+
+def test_a_month_not_ended_cannot_be_closed():
+    """As `periods.close`: the hours still to come are never attempted yet; no acceptance closes the month early."""
     result = checklist(replace(RATED, coverage=Coverage(hours=300, ok=300, gaps=0, expected=744)))
-    assert not result.blocked and result.needs == ["accept_gaps"]
-    assert set(result.refusal(accept_gaps=False, accept_unpooled=False, reason="")) == {"accept_gaps"}
-    assert result.refusal(accept_gaps=True, accept_unpooled=False, reason="closing the running month") == {}
+    assert result.blocked and result.needs == []
+    assert set(result.refusal(accept_gaps=True, accept_unpooled=False, reason="closing the running month")) == {"period"}
 
 
 def test_unpooled_item():
@@ -143,6 +158,7 @@ def test_a_finalized_month_keeps_the_coverage_it_closed_with(session):
     v = store_policy(session)
     add_hour(session, hour=OCT1, version=v.id)
     add_hour(session, hour=OCT1 + timedelta(hours=1), version=v.id, breaches=())
+    record_gaps(session, "2026-10")  # the rest asked, and the source could not answer
     periods.close(session=session, period="2026-10", actor="fin", accept_gaps=True, reason="two hours only")
     add_hour(session, hour=OCT1 + timedelta(hours=2), version=v.id, breaches=())  # ingested after the close
     state = close_state(session=session, period=parse_period("2026-10"), now=NOW)

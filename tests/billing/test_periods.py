@@ -17,7 +17,7 @@ from app.billing.types import PLATFORM, LineKind
 from app.core.audit import AuditEntry
 from app.core.errors import Conflict, Invalid, NotFound
 from app.core.events import events_after
-from tests.support.billing import A100, add_hour, fill_month, issue_documents, policy_doc, store_policy
+from tests.support.billing import A100, add_hour, fill_month, issue_documents, policy_doc, record_gaps, store_policy
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
 D = Decimal
@@ -124,10 +124,16 @@ def test_close_refuses_hours_not_ingested(session):
     v = store_policy(session)
     add_hour(session, hour=OCT1, version=v.id)
     periods.rate(session=session, period="2026-10", actor="fin")
-    with pytest.raises(Conflict) as err:
-        periods.close(session=session, period="2026-10", actor="fin")
-    assert err.value.status == 409 and "not ingested" in err.value.detail and "accept_gaps" in err.value.detail
+    for accept in ({}, {"accept_gaps": True, "reason": "only one hour"}):  # no acceptance covers them (SPEC 4)
+        with pytest.raises(Conflict) as err:
+            periods.close(session=session, period="2026-10", actor="fin", **accept)
+        assert err.value.status == 409 and "never ingested, which no acceptance covers" in err.value.detail
+        assert ("ingest 2026-10-01T01:00..2026-10-31T23:00 for default first (chargeback ingest --cluster default "
+                "--start 2026-10-01T01:00Z --end 2026-11-01T00:00Z)") in err.value.detail
     assert periods.get_period(session=session, month="2026-10").status == "rated"
+    record_gaps(session, "2026-10")  # ingested: the source could not answer those hours, now acceptable gaps
+    row = periods.close(session=session, period="2026-10", actor="fin", accept_gaps=True, reason="only one hour")
+    assert row.status == "finalized" and row.hours_ok == 1
 
 
 def test_close_with_gaps_needs_a_reason_and_records_it(session):
@@ -135,7 +141,7 @@ def test_close_with_gaps_needs_a_reason_and_records_it(session):
     fill_month(session, "2026-10", v.id, gap={5, 6})
     with pytest.raises(Conflict) as err:
         periods.close(session=session, period="2026-10", actor="fin")
-    assert "2 gap hour(s)" in err.value.detail and "2026-10-01T05:00Z" in err.value.detail
+    assert "2 gap hour(s)" in err.value.detail and "2026-10-01T05:00..2026-10-01T06:00" in err.value.detail
     with pytest.raises(Invalid) as err:
         periods.close(session=session, period="2026-10", actor="fin", accept_gaps=True, reason="  ")
     assert [e.path for e in err.value.errors] == ["reason"]

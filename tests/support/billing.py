@@ -12,11 +12,11 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
-from sqlalchemy import insert
+from sqlalchemy import insert, select
 from sqlmodel import Session
 
 from app.core.clusters import DEFAULT_CLUSTER
-from app.core.timeutil import hours_between
+from app.core.timeutil import aware, hours_between
 from app.metrics.models import (
     BreachMinuteRollup,
     BreachShare,
@@ -172,6 +172,22 @@ def fill_month(session: Session, month: str, version: int, *, skip=(), gap=(), u
             add_hour(session, hour=hours[i], version=version, usage=usage, gpus=gpus, pool=pool, model=model)
     session.flush()
     return len(hours)
+
+
+def record_gaps(session: Session, month: str, *, cluster: str = DEFAULT_CLUSTER,
+                reason: str = "http://prometheus:9090 did not answer: ConnectionError") -> int:
+    """Every hour of `month` without an ingest row recorded as a gap of `cluster`, as ingesting those hours from a
+    source that cannot answer records them: a month like that can be closed with accept_gaps, one with hours never
+    attempted cannot (SPEC 4). Returns the number of hours recorded."""
+    hours = month_hours(month)
+    seen = {aware(h) for h in session.execute(select(IngestHour.hour).where(
+        IngestHour.cluster == cluster, IngestHour.hour >= hours[0], IngestHour.hour <= hours[-1])).scalars()}
+    gaps = [{"hour": h, "cluster": cluster, "status": "gap", "attempts": 1, "last_error": reason, "duration_s": 0.0}
+            for h in hours if h not in seen]
+    if gaps:
+        session.execute(insert(IngestHour), gaps)
+        session.flush()
+    return len(gaps)
 
 
 CLI = Path(sys.executable).with_name("chargeback")

@@ -243,6 +243,18 @@ class SlaMinutes(Out):
     not_rated_minutes: int = Field(description="The rest: hours ingested again after rating (re-rate), or not rated")
 
 
+class UnmeasuredCapacity(Out):
+    """A pool's gap hours in the period and an estimate of their cost: the GPUs it had in the last hour ingested
+    before each gap x the gap's hours x their cost per GPU-hour at default power."""
+
+    cluster: str
+    pool: str
+    gap_hours: int
+    gpus: int = Field(description="GPUs last seen before the gap (0 when the pool was never seen before it)")
+    gpu_hours: DecimalText
+    amount: DecimalText
+
+
 class Statement(Out):
     """The platform statement of a period: balance lines, unallocated use, gaps, unattributed breaches, conservation."""
 
@@ -261,6 +273,9 @@ class Statement(Out):
     hours_ok: int
     gap_hours: list[str] = Field(description="Hours (ISO 8601) Prometheus could not answer")
     missing_hours: list[str] = Field(description="Hours (ISO 8601) never ingested")
+    unmeasured: list[UnmeasuredCapacity] = Field(
+        description="Per pool: its gap hours and the capacity they left unmeasured (SPEC 5.8; never billed)")
+    unmeasured_total: DecimalText = Field(description="The unmeasured capacity of every pool, absorbed by the platform")
     accept_gaps_reason: str | None
     unpooled: Unpooled
     unattributed_breaches: list[UnattributedBreach]
