@@ -23,7 +23,7 @@ from app.billing.line_days import billing_days, line_days, split_cumulative
 from app.billing.sla_penalties import breach_evidence
 from app.core.errors import NotFound
 from app.metrics.models import PoolHourModel
-from tests.support.billing import add_hour
+from tests.support.billing import add_hour, record_gaps
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
 D = Decimal
@@ -70,6 +70,7 @@ def test_group_order_is_the_invoice_order():
 
 def test_corrections_come_last(session, october):
     line = next(l for l in load_view(session=session, period=october).lines if l.account == "vision")
+    record_gaps(session, "2026-10")  # the month's other hours: gaps the source could not answer
     periods.close(session=session, period="2026-10", actor="fin", accept_gaps=True, reason="two hours only")
     periods.correct(session=session, period="2026-11", line_id=line.line_id, amount="-0.10", reason="goodwill",
                     actor="fin")
@@ -94,6 +95,7 @@ def test_coverage_dates_and_status(session, october):
     assert (dates["first_day"], dates["last_day"], dates["timezone"]) == ("2026-10-01", "2026-10-31", "UTC")
     assert (dates["start_local"], dates["end_local"]) == ("2026-10-01T00:00+00:00", "2026-11-01T00:00+00:00")
     assert (invoice["final"], invoice["status_label"], invoice["total_label"]) == (False, "draft", "Draft total, not yet due")
+    record_gaps(session, "2026-10")  # the month's other hours: gaps the source could not answer
     closed = periods.close(session=session, period="2026-10", actor="fin", accept_gaps=True, reason="two hours only")
     final = tenant_invoice(load_view(session=session, period=closed), "vision")
     assert (final["final"], final["status_label"], final["total_label"]) == (True, "finalized", "Total due")
@@ -115,6 +117,7 @@ def test_pdf_says_total_due_only_once_finalized_and_shows_the_multiplier(session
     assert "Coverage: 2 of 744 hours of the month measured - PARTIAL" in draft
     # group order on paper: busy before dark before SLA
     assert draft.index("GPU use while inference is busy") < draft.index("GPU use in dark time") < draft.index("SLA penalties")
+    record_gaps(session, "2026-10")  # the month's other hours: gaps the source could not answer
     closed = periods.close(session=session, period="2026-10", actor="fin", accept_gaps=True, reason="two hours only")
     final = _pdf_text(exports.render_invoice(session=session, period=closed, tenant="vision"), tmp_path)
     assert "Total due: 3.60 USD" in final and "Draft total" not in final and "DRAFT" not in final

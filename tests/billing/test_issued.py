@@ -23,7 +23,7 @@ from app.core import db
 from app.core.db import make_engine, unit_of_work
 from app.core.events import Event
 from app.core.migrate import downgrade, upgrade
-from tests.support.billing import add_hour, issue_documents, store_policy
+from tests.support.billing import add_hour, issue_documents, record_gaps, store_policy
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
 CHANGED = b"%PDF-1.7 a later renderer's bytes"
@@ -54,6 +54,7 @@ def _finalized_events(session) -> list[Event]:
 
 
 def test_close_leaves_documents_pending_and_the_issuing_step_stores_every_one(session, october):
+    record_gaps(session, "2026-10")  # the month's other hours: gaps the source could not answer
     row = periods.close(session=session, period="2026-10", actor="fin", accept_gaps=True, reason="two test hours")
     assert row.status == "finalized" and issued.is_pending(row) and _documents(session) == {}
     assert (row.csv_sha256, row.focus_sha256, row.pdf_sha256) == (None, None, None)
@@ -91,6 +92,7 @@ def test_a_crash_while_issuing_leaves_the_period_finalized_and_pending_and_the_n
         fresh_engine, monkeypatch):
     with unit_of_work(fresh_engine) as s:
         add_hour(s, hour=OCT1, version=store_policy(s).id)
+        record_gaps(s, "2026-10")
         periods.rate(session=s, period="2026-10", actor="fin")
     with unit_of_work(fresh_engine) as s:  # step 1 commits on its own
         periods.close(session=s, period="2026-10", actor="fin", accept_gaps=True, reason="one test hour")
@@ -124,6 +126,7 @@ def test_two_workers_issuing_one_month_at_once_store_it_once(fresh_engine, monke
 
     with unit_of_work(fresh_engine) as s:
         add_hour(s, hour=OCT1, version=store_policy(s).id)
+        record_gaps(s, "2026-10")
         periods.close(session=s, period="2026-10", actor="fin", accept_gaps=True, reason="one test hour")
     original, inside, release = report_pdf.render_report_pdf, threading.Event(), threading.Event()
     holder: list[int] = []
@@ -153,6 +156,7 @@ def test_two_workers_issuing_one_month_at_once_store_it_once(fresh_engine, monke
 def test_downloads_answer_503_while_documents_are_pending(api, fresh_engine):
     with unit_of_work(fresh_engine) as s:
         add_hour(s, hour=OCT1, version=store_policy(s).id)
+        record_gaps(s, "2026-10")
     closed = api.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True, "reason": "one test hour"})
     assert closed.status_code == 200 and closed.json()["documents"] == "pending"
     assert closed.json()["hashes"] == {"csv": None, "focus": None, "pdf": None}
@@ -179,6 +183,7 @@ def test_downloads_answer_503_while_documents_are_pending(api, fresh_engine):
 def closed(fresh_engine, api):
     with unit_of_work(fresh_engine) as s:
         add_hour(s, hour=OCT1, version=store_policy(s).id)
+        record_gaps(s, "2026-10")
     response = api.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True, "reason": "one test hour"})
     assert response.status_code == 200, response.text
     issue_documents(fresh_engine, "2026-10")
@@ -271,6 +276,7 @@ def test_a_period_finalized_before_documents_were_stored_is_served_as_a_marked_r
 def test_open_and_rated_periods_render_live(api, fresh_engine, monkeypatch):
     with unit_of_work(fresh_engine) as s:
         add_hour(s, hour=OCT1, version=store_policy(s).id)
+        record_gaps(s, "2026-10")
     assert api.post("/api/v1/periods/2026-10/rate").status_code == 200
     _change_every_renderer(monkeypatch)
     live = api.get("/api/v1/periods/2026-10/export", params={"format": "pdf"})
@@ -283,6 +289,7 @@ def test_open_and_rated_periods_render_live(api, fresh_engine, monkeypatch):
 def test_migration_0011_up_and_down(fresh_engine):
     with unit_of_work(fresh_engine) as s:
         add_hour(s, hour=OCT1, version=store_policy(s).id)
+        record_gaps(s, "2026-10")
         periods.close(session=s, period="2026-10", actor="fin", accept_gaps=True, reason="one test hour")
     issue_documents(fresh_engine, "2026-10")
     url = fresh_engine.url.render_as_string(hide_password=False)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from app.billing import periods
 from app.core.db import unit_of_work
-from tests.support.billing import add_hour, store_policy
+from tests.support.billing import add_hour, record_gaps, store_policy
 from tests.support.billing import run_cli as run
 
 
@@ -16,6 +16,7 @@ def test_cli_rate_close_export(fresh_engine, tmp_path):
     with unit_of_work(fresh_engine) as s:
         v = store_policy(s)
         add_hour(s, hour=datetime(2026, 10, 1, tzinfo=UTC), version=v.id)
+        record_gaps(s, "2026-10")
 
     rated = run(url, "rate", "--period", "2026-10")
     assert rated.returncode == 0, rated.stderr
@@ -25,7 +26,7 @@ def test_cli_rate_close_export(fresh_engine, tmp_path):
     assert bad.returncode == 2 and "YYYY-MM" in bad.stderr and "Traceback" not in bad.stderr + bad.stdout
 
     refused = run(url, "close", "--period", "2026-10")
-    assert refused.returncode == 3 and "not ingested" in refused.stderr and "--accept-gaps" in refused.stderr
+    assert refused.returncode == 3 and "743 gap hour(s)" in refused.stderr and "--accept-gaps" in refused.stderr
     no_reason = run(url, "close", "--period", "2026-10", "--accept-gaps")
     assert no_reason.returncode == 2 and "reason" in no_reason.stderr
 
@@ -58,6 +59,7 @@ def test_cli_close_without_issuing_then_issue(fresh_engine, tmp_path):
     url = fresh_engine.url.render_as_string(hide_password=False)
     with unit_of_work(fresh_engine) as s:
         add_hour(s, hour=datetime(2026, 10, 1, tzinfo=UTC), version=store_policy(s).id)
+        record_gaps(s, "2026-10")
     closed = run(url, "close", "--period", "2026-10", "--accept-gaps", "--reason", "one test hour", "--no-issue")
     assert closed.returncode == 0, closed.stderr
     assert "finalized" in closed.stdout and "documents pending" in closed.stdout and "sha256" not in closed.stdout

@@ -1,5 +1,5 @@
-"""Finance closes a month with gaps in headless chromium: the checklist says what blocks the close and what to do,
-a refused close keeps the input and says why beside the field, Finalize goes through a confirmation step, and a
+"""Finance closes a month with gaps in headless chromium: the checklist says what blocks the close and what to do
+(hours never ingested first, which no acceptance lifts, then the gaps left once they are tried), a refused close keeps the input and says why beside the field, Finalize goes through a confirmation step, and a
 success banner names what became final. Real uvicorn + PostgreSQL, seeded with the billing example's month."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 from app.auth import service
 from app.billing import periods
 from app.core.db import make_engine, unit_of_work
-from tests.support.billing import fill_month, issue_documents, store_policy
+from tests.support.billing import fill_month, issue_documents, record_gaps, store_policy
 from tests.support.browser import SHOTS, sign_in, submit
 from tests.support.databases import drop_postgres_database, migrated, new_postgres_database
 from tests.support.server import running_portal
@@ -54,12 +54,27 @@ def test_finance_closes_a_month_with_gaps_through_the_checklist_and_confirmation
         expect(page.locator("main")).to_contain_text("739 of 744 hours")  # the periods list flags the month
         page.goto(f"{close_portal}/billing/{MONTH}")
 
-        # the checklist: what blocks, in plain words, with what to do
+        # hours never ingested block whatever is accepted: the checklist names them and the command, no checkbox
         coverage = page.locator('#checklist li[data-key="coverage"]')
         expect(coverage).to_contain_text("blocks close")
-        expect(coverage).to_contain_text("3 hours Prometheus could not answer")
-        expect(coverage).to_contain_text("2 hours never ingested")
-        expect(coverage).to_contain_text("What to do: Wait for ingestion to fill them, or tick")
+        expect(coverage).to_contain_text("hours never ingested, which no acceptance covers")
+        expect(coverage).to_contain_text("default: 2 hours (2026-10-09T08:00..2026-10-09T09:00)")
+        expect(coverage).to_contain_text("What to do: Ingest 2026-10-09T08:00..2026-10-09T09:00 for default first")
+        expect(page.locator('input[name="accept_gaps"]')).to_have_count(0)
+        page.screenshot(path=str(SHOTS / "close-never-ingested.png"), full_page=True)
+
+        # the worker tries them and the source cannot answer: now they are gaps, which a close can accept
+        engine = make_engine(url)
+        try:
+            with unit_of_work(engine) as session:
+                assert record_gaps(session, MONTH) == 2
+        finally:
+            engine.dispose()
+        page.reload()
+        expect(coverage).to_contain_text("blocks close")
+        expect(coverage).to_contain_text("5 hours the source could not answer")
+        expect(coverage).not_to_contain_text("never ingested")
+        expect(coverage).to_contain_text("What to do: Wait for the retries to fill them, or tick")
         expect(page.locator('#checklist li[data-key="unpooled"]')).to_contain_text("ok")
         expect(page.locator("#checklist")).not_to_contain_text("--accept")
         expect(page.locator("#invoices-table tfoot")).to_contain_text("All 3 invoices")
@@ -71,7 +86,7 @@ def test_finance_closes_a_month_with_gaps_through_the_checklist_and_confirmation
             page.click("#close-form button[type=submit]")
         assert refused.value.status == 409
         page.wait_for_load_state("load")
-        expect(page.locator("#accept_gaps-error")).to_contain_text("Accept the missing hours")
+        expect(page.locator("#accept_gaps-error")).to_contain_text("Accept the gap hours")
         expect(page.locator("#reason")).to_have_value("exporter outage on 5 October")
         expect(page.locator("#close-refused")).to_contain_text(f"{MONTH} was not finalized")
         page.screenshot(path=str(SHOTS / "close-refused.png"), full_page=True)
@@ -102,7 +117,7 @@ def test_finance_closes_a_month_with_gaps_through_the_checklist_and_confirmation
         banner = page.locator("#close-success")
         expect(banner).to_contain_text("SHA-256 of the exports")
         expect(page.locator("#documents-pending")).to_have_count(0)
-        expect(page.locator("main")).to_contain_text("Closed with missing hours accepted: exporter outage on 5 October")
+        expect(page.locator("main")).to_contain_text("Closed with gap hours accepted: exporter outage on 5 October")
         expect(page.locator("#close-form")).to_have_count(0)
         page.screenshot(path=str(SHOTS / "close-finalized.png"), full_page=True)
     finally:

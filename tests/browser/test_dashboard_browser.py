@@ -11,9 +11,10 @@ from datetime import timedelta
 import pytest
 from playwright.sync_api import expect
 
-from app.billing import issuing
-from app.core.db import make_engine
+from app.billing import issuing, periods
+from app.core.db import make_engine, unit_of_work
 from app.core.timeutil import floor_hour, utcnow
+from tests.support.billing import record_gaps
 from tests.support.browser import SHOTS, ask, submit
 
 pytestmark = pytest.mark.browser
@@ -201,16 +202,32 @@ def test_finance_closes_a_period(portal, sessions, console):
     month = portal["month"]
     fin.goto(f"{portal['base']}/billing/{month}")
     assert "rated" in fin.locator("main").inner_text()
-    # The current month is still running: finance closes it with the gaps accepted and a reason.
+    # The current month is still running: its hours to come are never ingested, which no acceptance covers.
     expect(fin.locator('#checklist li[data-key="coverage"]')).to_contain_text("the month has not ended")
+    assert fin.locator("input[name=accept_gaps]").count() == 0
+    assert fin.locator(f"main button:has-text('Review and finalize {month}')").count() == 0
+
+    # The month before has ended; the worker tried its hours before the simulated week and the source could not
+    # answer them (gaps), so finance closes it with the gaps accepted and a reason.
+    year, number = (int(part) for part in month.split("-"))
+    previous = f"{year - 1}-12" if number == 1 else f"{year}-{number - 1:02d}"
+    engine = make_engine(portal["url"])
+    try:
+        with unit_of_work(engine) as session:
+            assert record_gaps(session, previous) > 0
+        with unit_of_work(engine) as session:
+            periods.rate(session=session, period=previous, actor="seed")
+    finally:
+        engine.dispose()
+    fin.goto(f"{portal['base']}/billing/{previous}")
+    expect(fin.locator('#checklist li[data-key="coverage"]')).to_contain_text("the source could not answer")
     fin.check("input[name=accept_gaps]")
-    fin.fill("#reason", "Browser test: closing the running month on purpose")
-    fin.click(f"main button:has-text('Review and finalize {month}')")
+    fin.fill("#reason", "Browser test: the cluster was not yet exported to Prometheus")
+    fin.click(f"main button:has-text('Review and finalize {previous}')")
     expect(fin.locator("#close-confirm")).to_contain_text("This cannot be undone")
-    submit(fin, "#confirm-finalize", shows=f"{month} is finalized.")
+    submit(fin, "#confirm-finalize", shows=f"{previous} is finalized.")
     assert fin.locator("main button:has-text('inalize')").count() == 0
-    # The documents follow from the worker's issuing step (run here, as the worker would); the later tests
-    # of this module download them.
+    # The documents follow from the worker's issuing step (run here, as the worker would).
     expect(fin.locator("#documents-pending")).to_contain_text("Documents being issued")
     engine = make_engine(portal["url"])
     try:

@@ -19,7 +19,7 @@ from app.core.audit import AuditEntry
 from app.core.db import unit_of_work
 from app.main import create_app
 from app.policy.models import PolicyVersion
-from tests.support.billing import add_hour, store_policy
+from tests.support.billing import add_hour, record_gaps, store_policy
 from tests.support.review import approved, edited, seed, set_quota
 from tests.support.routes import page_csrf
 
@@ -191,6 +191,7 @@ def _rated_october(portal, engine) -> dict[str, str]:
     raw = _user(engine, "fiona", "finance")
     with unit_of_work(engine) as s:
         add_hour(s, hour=OCT1, version=store_policy(s).id)
+        record_gaps(s, "2026-10")
     bearer = {"Authorization": f"Bearer {raw}"}
     assert _call(portal, lambda c: c.post("/api/v1/periods/2026-10/rate", headers=bearer)).status_code == 200
     return bearer
@@ -275,6 +276,7 @@ def test_refused_commit_on_a_form_is_an_error_page(pg_portal, fresh_engine):
     raw = _user(fresh_engine, "fiona", "finance")
     with unit_of_work(fresh_engine) as s:
         add_hour(s, hour=OCT1, version=store_policy(s).id)
+        record_gaps(s, "2026-10")
         user = service.get_user_by_name(session=s, name="fiona")
         session_id = service.start_session(session=s, user=user)
     assert _call(pg_portal, lambda c: c.post("/api/v1/periods/2026-10/rate",

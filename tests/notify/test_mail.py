@@ -32,7 +32,7 @@ from app.notify.mail_deliver import claim_next, deliver_due, lease, mail_task, r
 from app.notify.mail_models import MailSend
 from app.notify.mail_plan import DISABLED
 from app.notify.webhook_deliver import webhook_task
-from tests.support.billing import add_hour, store_policy
+from tests.support.billing import add_hour, record_gaps, store_policy
 from tests.support.clock import frozen
 from tests.support.server import free_port
 from tests.support.smtp import PASSWORD, USER, self_signed, smtp_server
@@ -70,6 +70,7 @@ def close_october(engine, *, issue: bool = True) -> None:
         for tenant, emails in CONTACTS.items():
             replace_contacts(session=s, tenant=tenant, emails=emails, actor="test")
     with unit_of_work(engine) as s:
+        record_gaps(s, "2026-10")  # the month's other hours: gaps the source could not answer
         periods.close(session=s, period="2026-10", actor="fin", accept_gaps=True, reason="two test hours")
     if issue:
         assert issue_task(engine)

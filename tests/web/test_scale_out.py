@@ -26,7 +26,7 @@ from app.core.timeutil import HOUR, floor_hour
 from app.metrics.models import IngestHour
 from app.metrics.simulator import Simulator
 from app.policy.service import import_version
-from tests.support.billing import CLI
+from tests.support.billing import CLI, month_hours, record_gaps
 from tests.support.databases import drop_postgres_database, migrated, new_postgres_database
 from tests.support.routes import page_csrf
 from tests.support.server import running_portal
@@ -150,6 +150,15 @@ def test_two_serve_processes_and_three_workers_share_one_database(pg_url, tmp_pa
 
         rated = httpx.post(f"{a.base}/api/v1/periods/{month}/rate", headers=headers, timeout=120)
         assert rated.status_code == 200, rated.text
+        # A draft is rated from the rollups as they are: still the estimate, the same through both.
+        drafted = _same_answers(a.base, b.base, headers, [allocation, "/api/v1/periods"])
+        assert [m["source"] for m in drafted[allocation]["months"]] == ["estimate"]
+        # The rest of the month was tried and the source could not answer (gaps): finance closes it through A.
+        with unit_of_work(make_engine(pg_url)) as session:
+            assert record_gaps(session, month) == len(month_hours(month)) - HOURS
+        closed = httpx.post(f"{a.base}/api/v1/periods/{month}/close", headers=headers, timeout=120,
+                            json={"accept_gaps": True, "reason": "the cluster was exported from the 10th on"})
+        assert closed.status_code == 200, closed.text
         # Written through A, read from B at once: B's cached estimate is not served any more.
         after = httpx.get(b.base + allocation, headers=headers, timeout=60).json()
         assert [m["source"] for m in after["months"]] == ["invoice"]
