@@ -29,6 +29,7 @@ from app.metrics.attribution import _classify, dark_minutes, hour_of
 from app.metrics.histograms import p99_bucket, parse_le, verdict
 from app.metrics.prometheus_api import PromReader
 from app.metrics.types import OCCUPANCY_METRICS, ServiceMinutes, SourceBatch
+from app.metrics.windows import MINUTE
 from app.policy.document import UNPOOLED, PolicyDocument
 from app.policy.validation import _gpu_range
 
@@ -36,7 +37,7 @@ GPU_UTIL, GR_ENGINE_ACTIVE = OCCUPANCY_METRICS
 FB_USED, FB_FREE, POWER = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE"
 LIVE_METRICS = (GPU_UTIL, GR_ENGINE_ACTIVE, FB_USED, FB_FREE, POWER)
 # Raw samples of the last minute (a range selector keeps the metric name; 1 ms short so exactly one minute).
-DEVICE_QUERY = '{__name__=~"' + "|".join(LIVE_METRICS) + '"}[59999ms]'
+DEVICE_QUERY = '{__name__=~"' + "|".join(LIVE_METRICS) + '"}[' + MINUTE + "]"
 P99_WINDOW = "5m"
 # Series of one unit whose last sample is this much older than the unit's newest are no longer current.
 CURRENT_S = 5.0

@@ -15,9 +15,10 @@ from collections.abc import Callable
 
 from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S
 from app.metrics.types import SourceBatch
+from app.metrics.windows import FIVE_MINUTES, HOUR
 
 LOOKBACK_HOURS = 3
-TAIL = "299999ms"  # "alive at the hour's end": a sample in its last 5 minutes
+TAIL = FIVE_MINUTES  # "alive at the hour's end": a sample in its last 5 minutes
 
 Seen = dict[int, dict[str, set[str]]]  # hour end -> host -> GPU UUIDs with samples in that hour (or its tail)
 
@@ -71,5 +72,5 @@ def presence_plan(batch: SourceBatch, cs: int, ce: int, count_over: Callable[[st
     labels = "Hostname, hostname, UUID"
     return [
         (f"group by ({labels}) ({count_over(TAIL)})", first, ce, HOUR_S, keep(alive)),
-        (f"group by ({labels}) ({count_over('3599999ms')})", first, ce, HOUR_S, judge),
+        (f"group by ({labels}) ({count_over(HOUR)})", first, ce, HOUR_S, judge),
     ]

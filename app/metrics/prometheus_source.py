@@ -46,6 +46,7 @@ from app.metrics.presence import LOOKBACK_HOURS, presence_plan
 from app.metrics.prometheus_api import configure_session, decode_matrix, get_body
 from app.metrics.serving import Plan, services_plan
 from app.metrics.types import OCCUPANCY_METRICS, GpuEnergy, OccupancySeries, SeriesLabels, SourceBatch
+from app.metrics.windows import HOUR, MINUTE
 from app.policy.document import PolicyDocument
 
 MAX_POINTS = 11_000
@@ -166,7 +167,7 @@ class PrometheusSource:
                              if i["metric"].get("pod") and i["metric"].get("node"))
 
         selector = f"kube_pod_info{{pod=~{json.dumps(self.exporter.pod_regex)}}}"
-        return [(f"max by (pod, node) (max_over_time({selector}[3599999ms]))", cs + HOUR_S, ce, HOUR_S, nodes)]
+        return [(f"max by (pod, node) (max_over_time({selector}[{HOUR}]))", cs + HOUR_S, ce, HOUR_S, nodes)]
 
     def _holders_plan(self, batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) -> list:
         """Per minute, the pods kube-state-metrics shows holding GPUs on the policy's time-sliced nodes."""
@@ -175,8 +176,8 @@ class PrometheusSource:
             return []
         regex = json.dumps("|".join(re.escape(h) for h in hosts))
         requests_q = ('max by (namespace, pod, container) (max_over_time('
-                      'kube_pod_container_resource_requests{resource="nvidia_com_gpu"}[59999ms]))')
-        info_q = f"max by (namespace, pod, node) (max_over_time(kube_pod_info{{node=~{regex}}}[59999ms]))"
+                      f'kube_pod_container_resource_requests{{resource="nvidia_com_gpu"}}[{MINUTE}]))')
+        info_q = f"max by (namespace, pod, node) (max_over_time(kube_pod_info{{node=~{regex}}}[{MINUTE}]))"
         query = f"sum by (node, namespace, pod) ({requests_q} * on (namespace, pod) group_left (node) {info_q})"
 
         def holders(result: list) -> None:
@@ -220,14 +221,14 @@ class PrometheusSource:
             # Per-minute counts only where a pod holds the unit (about half the points of a busy
             # fleet); that a unit reported at all (capacity, metric choice) is counted per hour.
             # GR_ENGINE_ACTIVE is not needed where the unit reports GPU_UTIL (datacenter GPUs report both).
-            per_minute = _over_any(shard, "count_over_time", metric, "59999ms", held)
-            per_hour = _over_any(shard, "sum_over_time", metric, "3599999ms", held)
+            per_minute = _over_any(shard, "count_over_time", metric, MINUTE, held)
+            per_hour = _over_any(shard, "sum_over_time", metric, HOUR, held)
             if metric != GPU_UTIL:
-                per_minute = f"({per_minute}) unless on ({UNIT_KEY}) ({_over(shard, 'count_over_time', GPU_UTIL, '59999ms')})"
-                per_hour = f"({per_hour}) unless on ({UNIT_KEY}) ({_over(shard, 'count_over_time', GPU_UTIL, '3599999ms')})"
+                per_minute = f"({per_minute}) unless on ({UNIT_KEY}) ({_over(shard, 'count_over_time', GPU_UTIL, MINUTE)})"
+                per_hour = f"({per_hour}) unless on ({UNIT_KEY}) ({_over(shard, 'count_over_time', GPU_UTIL, HOUR)})"
             plan.append((f"sum by ({UNIT_LABELS}) ({per_minute})", cs + MINUTE_S, ce, MINUTE_S, counts))
             plan.append((f"sum by ({UNIT_LABELS}) ({per_hour})", cs + HOUR_S, ce, HOUR_S, sums))
-            plan.append((f"sum by ({SEEN_LABELS}) ({_over(shard, 'count_over_time', metric, '3599999ms')})",
+            plan.append((f"sum by ({SEEN_LABELS}) ({_over(shard, 'count_over_time', metric, HOUR)})",
                          cs + HOUR_S, ce, HOUR_S, seen))
         return plan
 
@@ -274,7 +275,7 @@ class PrometheusSource:
                 _gpu(out, item["metric"], pod_nodes).power_w.update({int(t): float(v) for t, v in item["values"]})
 
         def hourly(func: str, metric: str = ENERGY, agg: str = "max") -> str:
-            return f"{agg} by ({GPU_LABELS}) ({_over(shard, func, metric, '3599999ms')})"
+            return f"{agg} by ({GPU_LABELS}) ({_over(shard, func, metric, HOUR)})"
 
         # SPEC 4: a GPU's mean power is all its samples in the hour over their count, across every series
         # of the GPU (a pod starting or stopping mid-hour splits it: the max of the series' means is not it).
@@ -299,7 +300,7 @@ class PrometheusSource:
                 for t, v in item["values"]:
                     hours[int(t)] = max(hours.get(int(t), 0.0), float(v))
 
-        query = f"max by ({UNIT_KEY}) ({_over(shard, 'max_over_time', FB_USED, '3599999ms')})"
+        query = f"max by ({UNIT_KEY}) ({_over(shard, 'max_over_time', FB_USED, HOUR)})"
         return [(query, cs + HOUR_S, ce, HOUR_S, peaks)]
 
     def _services_plan(self, batch: SourceBatch, cs: int, ce: int, policy: PolicyDocument) -> list:

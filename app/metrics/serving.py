@@ -22,6 +22,7 @@ from app.core.timeutil import SECONDS_PER_MINUTE as MINUTE_S
 from app.metrics.histograms import boundaries, p99_bucket, parse_le, quantile
 from app.metrics.prometheus_api import PromReader
 from app.metrics.types import ServiceMinutes, SourceBatch
+from app.metrics.windows import ELEVEN_MINUTES, TEN_MINUTES, window
 from app.policy.document import PolicyDocument
 
 P99_WINDOW_MIN = 5  # P99 over the trailing 5 minutes (SPEC section 4)
@@ -47,11 +48,11 @@ def window_minutes(policy: PolicyDocument) -> int:
 # (closed ranges) and 3.x/VictoriaMetrics (left-open) read the same samples: a value exactly eleven
 # minutes old is out on every engine. U's window less B's is (m - 1 min, m] on each; R's `[1m]` may
 # also hold a sample at m - 1 min on 2.x, which is then B's own value and never below it.
-UNION = "659999ms"
+UNION = ELEVEN_MINUTES
 
 
 def _before(selector: str) -> str:
-    return f"last_over_time({selector}[599999ms] offset 1m)"
+    return f"last_over_time({selector}[{TEN_MINUTES}] offset 1m)"
 
 
 def union_sum(selector: str, by: str) -> str:
@@ -72,7 +73,7 @@ DROP_STEP = 30 * MINUTE_S
 
 def drops(selector: str) -> str:
     """PromQL: at each half-hour end, whether any series' counter dropped in the windows of its minutes (R may be non-zero)."""
-    return f"sum(resets({selector}[{DROP_STEP * 1000 + 599999}ms])) > 0"
+    return f"sum(resets({selector}[{window(DROP_STEP + 10 * MINUTE_S)}])) > 0"
 
 
 def half_hours(a: int, b: int) -> tuple[int, int]:

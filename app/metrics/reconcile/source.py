@@ -25,8 +25,9 @@ from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S
 from app.metrics.labels import DEFAULT_EXPORTER, ExporterIdentity
 from app.metrics.prometheus_api import configure_session, decode_matrix, get_body
 from app.metrics.types import OCCUPANCY_METRICS
+from app.metrics.windows import HOUR
 
-WINDOW = "3599999ms"
+WINDOW = HOUR
 POWER = "DCGM_FI_DEV_POWER_USAGE"
 ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 MAX_POINTS = 11_000  # Prometheus's limit per series of a range query
