@@ -34,15 +34,16 @@ def _fail(exc: AppError) -> None:
 @app.command("import")
 def import_(
     file: Path = typer.Argument(..., help="policy document, YAML or JSON"),
-    effective_from: str | None = typer.Option(None, "--effective-from", help="ISO time (default: this hour)"),
+    effective_from: str | None = typer.Option(None, "--effective-from", help="ISO time on the hour, e.g. 2026-12-03T05:00Z (default: this hour)"),
     actor: str = typer.Option("cli", "--actor", help="who imports (recorded in the audit log)"),
     comment: str = typer.Option("", "--comment"),
 ) -> None:
-    """Store FILE as a new immutable policy version and print its number."""
+    """Store FILE as a new immutable policy version and print its number (a document identical to the latest
+    version stores nothing: that version's number is printed, and 'unchanged' on stderr)."""
     from app.core.db import unit_of_work
     from app.core.timeutil import parse_iso
     from app.policy.parsing import parse_document
-    from app.policy.service import import_version
+    from app.policy.service import import_if_changed
 
     when = None
     if effective_from:
@@ -54,10 +55,13 @@ def import_(
     try:
         document = parse_document(_read(file))
         with unit_of_work() as session:
-            version = import_version(session=session, document=document, actor=actor, effective_from=when, comment=comment)
-            number = version.id
+            version, stored = import_if_changed(session=session, document=document, actor=actor, effective_from=when,
+                                                comment=comment)
+            number, sha = version.id, version.sha256
     except AppError as exc:
         _fail(exc)
+    if not stored:
+        typer.echo(f"unchanged: {file} is version {number}'s document (sha256 {sha[:12]}); nothing stored", err=True)
     typer.echo(str(number))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import yaml
@@ -19,7 +19,7 @@ from sqlmodel import Session, select
 
 from app.core import generation
 from app.core.audit import record
-from app.core.errors import Conflict, Invalid, NotFound
+from app.core.errors import Conflict, FieldError, Invalid, NotFound
 from app.core.event_payloads import PolicyApplied, ReleaseRef
 from app.core.events import emit
 from app.core.timeutil import aware, floor_hour, utcnow
@@ -66,7 +66,7 @@ def import_version(
     errors = [e for e in validate(document) if e.severity == "error"]
     if errors:
         raise Invalid("the policy document is invalid", errors)
-    effective = floor_hour(utcnow()) if effective_from is None else aware(effective_from)
+    effective = floor_hour(utcnow()) if effective_from is None else on_the_hour(effective_from)
     latest = latest_version(session=session)
     if latest is not None and effective < aware(latest.effective_from):
         raise Conflict(
@@ -98,6 +98,29 @@ def import_version(
         version=version.id, sha256=version.sha256, effective_from=effective, source=source, created_by=actor,
         comment=comment, release=release))
     return version
+
+
+def on_the_hour(when: datetime, *, field_path: str = "effective_from") -> datetime:
+    """`when` if it is a whole hour, else Invalid naming the hours around it: usage is billed per hour, so a version
+    takes effect at the start of one (a version from 05:30 would silently govern only from 06:00)."""
+    when = aware(when)
+    start = floor_hour(when)
+    if when != start:
+        before, after = (h.strftime("%Y-%m-%dT%H:%M:%SZ") for h in (start, start + timedelta(hours=1)))
+        raise Invalid(f"{field_path} {when.strftime('%Y-%m-%dT%H:%M:%SZ')} is not on the hour",
+                      [FieldError(field_path, f"a policy version takes effect at a whole hour: use {before} or {after}")])
+    return when
+
+
+def import_if_changed(*, session: Session, document: PolicyDocument, actor: str, effective_from: datetime | None = None,
+                      comment: str = "") -> tuple[PolicyVersion, bool]:
+    """What `chargeback policy import` does: a document identical to the latest version stores nothing and returns
+    that version with False; any other is imported as a new version (True)."""
+    latest = latest_version(session=session)
+    if latest is not None and latest.sha256 == document_sha256(document):
+        return latest, False
+    return import_version(session=session, document=document, actor=actor, effective_from=effective_from,
+                          comment=comment), True
 
 
 def get_version(*, session: Session, number: int) -> PolicyVersion:

@@ -381,7 +381,7 @@ def _rollback(session: Session, release_id: int, actor: str, effective_from: dat
     latest = _latest_or_conflict(session, release)
     previous = get_version(session=session, number=release.previous_version_id)
     # Never earlier than the version it replaces (versions cannot be backdated).
-    effective = max(_not_in_the_past(effective_from or utcnow()), aware(latest.effective_from))
+    effective = max(_not_in_the_past(effective_from or floor_hour(utcnow())), aware(latest.effective_from))
     version = import_version(session=session, document=load_document(previous), actor=actor, effective_from=effective,
                              source="rollback", comment=f"rollback of release {release.name}: back to version {previous.id}",
                              release=ReleaseRef(id=release.id, name=release.name, service=release.service))

@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 
 from app.auth import service
 from app.core.db import make_engine, unit_of_work
-from app.core.timeutil import utcnow
+from app.core.timeutil import floor_hour, utcnow
 from app.metrics.simulator import Simulator, serve_exporter
 from app.metrics.simulator.policy import seed_policy
 from app.metrics.simulator.workload import Pod
@@ -35,7 +35,7 @@ def live_portal(tmp_path_factory):
     engine = make_engine(url)
     with unit_of_work(engine) as session:
         import_version(session=session, document=seed_policy(sim), actor="seed",
-                       effective_from=utcnow() - timedelta(days=1))
+                       effective_from=floor_hour(utcnow()) - timedelta(days=1))
         service.create_user(session=session, name="ada", role="admin", password=PASSWORD, actor="seed")
     engine.dispose()
     exporter = serve_exporter(sim)

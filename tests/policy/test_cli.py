@@ -49,14 +49,23 @@ def bad_file(tmp_path, data):
     return path
 
 
-def test_import_prints_the_version_number_and_show_prints_it(cli_db, example_file, example_doc):
-    result = run("import", str(example_file), "--effective-from", "2026-01-01T00:00:00Z", "--actor", "ops")
+@pytest.fixture
+def changed_file(tmp_path, data):
+    """The example with another reserved fraction: a different document."""
+    data["pools"][0]["reserved_fraction"] = "0.35"
+    path = tmp_path / "changed.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_import_prints_the_version_number_and_show_prints_it(cli_db, example_file, changed_file, example_doc):
+    result = run("import", str(changed_file), "--effective-from", "2026-01-01T00:00:00Z", "--actor", "ops")
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == "1"
     result = run("import", str(example_file), "--effective-from", "2026-02-01T00:00:00Z")
     assert result.stdout.strip() == "2"
 
-    shown = run("show", "--version", "1")
+    shown = run("show", "--version", "2")
     assert shown.exit_code == 0, shown.output
     assert "class: inference" in shown.stdout and "reserved_fraction: 0.30" in shown.stdout
     as_json = run("show", "--version", "2", "--format", "json")
@@ -77,7 +86,20 @@ def test_show_defaults_to_the_active_version_and_round_trips(cli_db, example_fil
     again = tmp_path / "again.yaml"
     again.write_text(shown.stdout)
     assert run("validate", str(again)).exit_code == 0
-    assert run("import", str(again)).stdout.strip() == "2"
+    # the same document again: nothing stored, the version it is printed, and why
+    same = run("import", str(again))
+    assert same.exit_code == 0 and same.stdout.strip() == "1"
+    assert f"unchanged: {again} is version 1's document" in same.stderr
+    assert run("list").stdout.strip().count("\n") == 0  # still one version
+
+
+def test_import_refuses_an_effective_time_not_on_the_hour(cli_db, example_file):
+    result = run("import", str(example_file), "--effective-from", "2026-12-03T05:30:00Z")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "error: effective_from 2026-12-03T05:30:00Z is not on the hour" in result.stderr
+    assert "effective_from: a policy version takes effect at a whole hour: use 2026-12-03T05:00:00Z or " \
+           "2026-12-03T06:00:00Z" in result.stderr
+    assert run("list").stdout.strip() == "no policy versions"
 
 
 def test_import_of_an_invalid_file_prints_paths_and_exits_1(cli_db, bad_file):
@@ -90,9 +112,9 @@ def test_import_of_an_invalid_file_prints_paths_and_exits_1(cli_db, bad_file):
     assert run("list").stdout.strip() == "no policy versions"
 
 
-def test_import_refuses_backdating(cli_db, example_file):
+def test_import_refuses_backdating(cli_db, example_file, changed_file):
     assert run("import", str(example_file), "--effective-from", "2026-03-01T00:00:00Z").exit_code == 0
-    result = run("import", str(example_file), "--effective-from", "2026-02-01T00:00:00Z")
+    result = run("import", str(changed_file), "--effective-from", "2026-02-01T00:00:00Z")
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
     assert "cannot be backdated" in result.stderr
 

@@ -12,12 +12,14 @@ from sqlmodel import func, select
 from app.core.audit import AuditEntry
 from app.core.errors import Conflict, Invalid, NotFound
 from app.core.timeutil import floor_hour, utcnow
+from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
 from app.policy.service import (
     active_version,
     canonical_json,
     document_sha256,
     get_version,
+    import_if_changed,
     import_version,
     list_versions,
     load_document,
@@ -56,6 +58,30 @@ def test_a_second_import_is_a_new_version_with_the_same_sha(session, example_doc
     session.expire_all()
     assert get_version(session=session, number=first.id).created_by == "a"
     assert [v.id for v in list_versions(session=session)] == [first.id, second.id]
+
+
+def test_import_if_changed_stores_nothing_for_the_latest_versions_document(session, example_doc):
+    """A release or a rollback may repeat a document (import_version above); `policy import` of the same file may not."""
+    first, stored = import_if_changed(session=session, document=example_doc, actor="a", effective_from=T0)
+    again, again_stored = import_if_changed(session=session, document=example_doc, actor="b", effective_from=T0 + H)
+    assert stored and not again_stored and again.id == first.id
+    data = example_doc.to_data()
+    data["pools"][0]["reserved_fraction"] = "0.35"
+    changed = PolicyDocument.model_validate(data)
+    assert document_sha256(changed) != first.sha256
+    third, third_stored = import_if_changed(session=session, document=changed, actor="c", effective_from=T0 + H)
+    assert third_stored and third.id > first.id
+    assert session.exec(select(func.count()).select_from(AuditEntry).where(AuditEntry.actor == "b")).one() == 0
+
+
+def test_versions_take_effect_on_the_hour(session, example_doc):
+    with pytest.raises(Invalid) as refused:
+        import_version(session=session, document=example_doc, actor="a", effective_from=T0 + timedelta(minutes=30))
+    assert [(e.path, e.message) for e in refused.value.errors] == [
+        ("effective_from", f"a policy version takes effect at a whole hour: use {T0:%Y-%m-%dT%H:%M:%SZ} or "
+                           f"{T0 + H:%Y-%m-%dT%H:%M:%SZ}")]
+    assert list_versions(session=session) == []
+    assert import_version(session=session, document=example_doc, actor="a", effective_from=T0).effective_from == T0
 
 
 def test_import_refuses_an_invalid_document_and_writes_nothing(session, example_doc):

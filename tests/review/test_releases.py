@@ -193,6 +193,13 @@ def test_effective_time_cannot_be_in_the_past(session):
     assert err.value.errors[0].path == "effective_from"
     session.refresh(release)
     assert release.state == ReleaseState.PLANNED
+    # Nor inside an hour: usage is billed per hour, a version from hh:30 would govern only from the next hour.
+    with pytest.raises(Invalid) as err:
+        releases.apply_release(session=session, release_id=release.id, actor="oscar",
+                               effective_from=floor_hour(utcnow()) + timedelta(hours=1, minutes=30))
+    assert err.value.errors[0].path == "effective_from" and "whole hour" in err.value.errors[0].message
+    session.refresh(release)
+    assert release.state == ReleaseState.PLANNED
     # The current hour is still open: a change may take effect from its start.
     version = releases.apply_release(session=session, release_id=release.id, actor="oscar", effective_from=floor_hour(utcnow()))
     assert version_at(session=session, when=utcnow()).id == version.id

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_fleet_shows_unpooled_gpus_unpriced(client, session):
-    version = store_policy(session, effective_from=utcnow() - timedelta(days=30))
+    version = store_policy(session, effective_from=floor_hour(utcnow()) - timedelta(days=30))
     hour = floor_hour(utcnow()) - timedelta(hours=2)
     add_hour(session, hour=hour, version=version.id)
     add_hour(session, hour=hour, version=version.id, pool="unpooled", gpus=4, model="NVIDIA H100 80GB HBM3",
