@@ -34,16 +34,26 @@ app = typer.Typer(help="GPU co-location chargeback portal", no_args_is_help=True
                                             "worker_tasks": WORKER_TASKS}})
 
 
+# Commands that never open the database: no schema check before them (see main).
+NO_DATABASE = frozenset({"db", "simulator", "demo", "doctor"})
+
+
 @app.callback()
 def _configuration_first() -> None:
-    """A wrong cluster list stops every command with its own one-line message (fields named, secrets never shown)."""
+    """Wrong settings stop every command with one line each, naming the variable (secrets never shown): exit 2."""
+    from pydantic import ValidationError
+
     from app.core.clusters import ClusterConfigError
-    from app.core.settings import get_settings
+    from app.core.settings import get_settings, settings_errors
 
     try:
         get_settings()
     except ClusterConfigError as exc:
         typer.echo(f"configuration error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except ValidationError as exc:
+        for line in settings_errors(exc):
+            typer.echo(f"configuration error: {line}", err=True)
         raise typer.Exit(2) from None
 
 
@@ -91,5 +101,50 @@ def demo(
     run(host=host, port=port, days=days)
 
 
+def _opens_database(argv: list[str]) -> bool:
+    """Whether the command line `argv` runs a command that opens the database (help never does)."""
+    if "--help" in argv or "-h" in argv:
+        return False
+    words = [a for a in argv if not a.startswith("-")]
+    if not words or words[0] in NO_DATABASE:
+        return False
+    return words[:2] != ["policy", "validate"]  # validating a file needs no database
+
+
+def _schema_first(argv: list[str]) -> None:
+    """A database this version cannot use (never migrated, an older schema, unreachable) stops a command that opens
+    it before it starts, with one line naming the fix: exit 2."""
+    from app.core.migrate import schema_problem
+    from app.core.settings import get_settings
+
+    if not _opens_database(argv):
+        return
+    try:
+        url = get_settings().database_url
+    except Exception:  # malformed settings: the app's callback reports them, one line each
+        return
+    problem = schema_problem(url)
+    if problem is not None:
+        typer.echo(f"error: {problem}", err=True)
+        raise SystemExit(2)
+
+
 def main() -> None:
-    app()
+    """The console script: a database this version cannot use ends any command with one line and exit 2, not a
+    traceback (an unmigrated or older schema: `chargeback db upgrade`; an unreachable server: the URL to check)."""
+    import sys
+
+    from sqlalchemy.exc import DBAPIError
+
+    _schema_first(sys.argv[1:])
+    try:
+        app()
+    except DBAPIError:
+        from app.core.migrate import schema_problem
+        from app.core.settings import get_settings
+
+        problem = schema_problem(get_settings().database_url)
+        if problem is None:
+            raise
+        typer.echo(f"error: {problem}", err=True)
+        raise SystemExit(2) from None

@@ -1,4 +1,4 @@
-"""Probes and the portal's own Prometheus metrics: /healthz, /metrics, and the request-metrics middleware."""
+"""Probes and the portal's own Prometheus metrics: /healthz (liveness), /readyz (readiness), /metrics, and the request-metrics middleware."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.core.db import ping
 from app.core.deps import SessionDep
 from app.core.errors import Unavailable
+from app.core.migrate import current_revision, revision_problem
 from app.core.timeutil import utcnow
 from app.metrics.ingestion_health import ingestion_health
 from app.policy.render_alerts import INGEST_GAP_METRIC, INGEST_LAG_METRIC
@@ -90,6 +91,26 @@ def healthz(session: SessionDep) -> Health:
         log.warning("health check: database unavailable: %s", type(exc).__name__)
         raise Unavailable("The database does not answer") from None
     return Health(status="ok")
+
+
+class Ready(BaseModel):
+    status: str
+    schema_revision: str
+
+
+@router.get("/readyz", response_model=Ready)
+def readyz(session: SessionDep) -> Ready:
+    """Readiness: the database answers and its schema is the one this version needs (503 naming the command
+    otherwise, e.g. while `chargeback db upgrade` has not run). /healthz is liveness."""
+    try:
+        current = current_revision(session.connection())
+    except Exception as exc:  # any driver error means "not ready"; the reason goes to the log only
+        log.warning("readiness check: database unavailable: %s", type(exc).__name__)
+        raise Unavailable("The database does not answer") from None
+    problem = revision_problem(current, "CHARGEBACK_DATABASE_URL")
+    if problem is not None:
+        raise Unavailable(problem[0].upper() + problem[1:])
+    return Ready(status="ready", schema_revision=current)
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})

@@ -26,7 +26,7 @@ CSRF_COOKIE = "cb_csrf"
 CSRF_HEADER = "x-csrf-token"
 CSRF_FIELD = "csrf_token"
 SESSION_LIFETIME = timedelta(hours=12)
-_NO_NONCE_PREFIXES = ("/api/", "/healthz", "/metrics", "/static/")
+_NO_NONCE_PREFIXES = ("/api/", "/healthz", "/readyz", "/metrics", "/static/")
 
 
 def _serializer() -> URLSafeTimedSerializer:

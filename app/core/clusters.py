@@ -171,7 +171,18 @@ def load_clusters(*, inline: str, file: str | None, prometheus_url: str | None, 
             data = _parse_text(inline, source, yaml_ok=False)
         return parse_clusters(data, source=source)
     simulator = None if prometheus_url else SimulatorCluster(seed=simulator_seed, gpus=simulator_gpus)
-    return [ClusterConfig(name=DEFAULT_CLUSTER, url=prometheus_url, simulator=simulator)]
+    try:
+        return [ClusterConfig(name=DEFAULT_CLUSTER, url=prometheus_url, simulator=simulator)]
+    except ValidationError as exc:
+        shown = "" if prometheus_url is None else f" (got {_without_credentials(prometheus_url)!r})"
+        raise ClusterConfigError(_errors_text(exc, "CHARGEBACK_PROMETHEUS_URL").replace(
+            "CHARGEBACK_PROMETHEUS_URL.url", "CHARGEBACK_PROMETHEUS_URL") + shown
+            + ", e.g. http://prometheus:9090 (the server's root, without /api/v1)") from None
+
+
+def _without_credentials(url: str) -> str:
+    """`url` with any user:password@ taken out (shown in errors)."""
+    return re.sub(r"(?<=//)[^/@]*@", "", url)
 
 
 def _parse_text(text: str, source: str, *, yaml_ok: bool) -> object:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from pathlib import Path
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.core.clusters import ClusterConfig, load_clusters
@@ -119,7 +119,10 @@ class Settings(BaseSettings):
     @field_validator("billing_timezone")
     @classmethod
     def _known_timezone(cls, value: str) -> str:
-        ZoneInfo(value)  # raises for an unknown zone
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):  # a KeyError, which pydantic would not report as the field's
+            raise ValueError(f"unknown time zone {value!r} (an IANA name, e.g. Europe/Berlin or UTC)") from None
         return value
 
     @model_validator(mode="after")
@@ -170,6 +173,16 @@ class Settings(BaseSettings):
     @property
     def tz(self) -> ZoneInfo:
         return ZoneInfo(self.billing_timezone)
+
+
+def settings_errors(exc: ValidationError) -> list[str]:
+    """pydantic's errors, one line each naming the environment variable, never the value (it may be a secret)."""
+    lines = []
+    for error in exc.errors(include_input=False, include_url=False):
+        message = str(error["msg"]).removeprefix("Value error, ")
+        name = "_".join(str(p) for p in error["loc"]).upper()
+        lines.append(f"CHARGEBACK_{name}: {message}" if name else message)
+    return lines
 
 
 @lru_cache

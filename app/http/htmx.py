@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 # Paths that always answer in JSON, whatever the Accept header says.
-_MACHINE_PREFIXES = ("/api/", "/healthz", "/metrics")
+_MACHINE_PREFIXES = ("/api/", "/healthz", "/readyz", "/metrics")
 
 
 def wants_html(request: Request) -> bool:

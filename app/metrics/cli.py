@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import typer
 
@@ -53,7 +53,7 @@ def ingest(
 
     from app.core.db import get_engine, unit_of_work
     from app.core.settings import get_settings
-    from app.core.timeutil import format_runs, hours_between
+    from app.core.timeutil import hours_between
     from app.metrics.ingest import IngestReport, hour_status, ingest_hour_list
     from app.metrics.models import IngestStatus
     from app.metrics.sources import get_source
@@ -95,17 +95,28 @@ def ingest(
             console.print(f"{label}hours: {len(hours)}  ok: {ok}  "
                           f"gaps: {sum(1 for r in rows.values() if r.status == IngestStatus.GAP)}  "
                           f"not attempted: {sum(1 for h in hours if h not in rows)}  in {reports[name].duration_s:.1f}s")
-            by_reason: dict[str, list[datetime]] = {}
-            for hour, row in sorted(rows.items()):
-                if row.status == IngestStatus.GAP:
-                    by_reason.setdefault(row.last_error, []).append(hour)
-            for error, failed in by_reason.items():
-                console.print(f"  gap {format_runs(failed)}: {error}")
+            _print_gap_reasons(console, rows.items())
             for hour, error in sorted(reports[name].errors.items()):
                 if rows.get(hour) is not None and rows[hour].status == IngestStatus.OK:
                     console.print(f"  kept {hour:%Y-%m-%dT%H:%M} as ingested before (reading it again failed: {error})")
     if missing:
         raise typer.Exit(2)
+
+
+def _print_gap_reasons(console, rows, label: str = "") -> None:
+    """Each run of gap hours with its reason; hours with no policy in effect also say how to fix that."""
+    from app.core.timeutil import format_runs
+    from app.metrics.ingest import NO_POLICY
+    from app.metrics.models import IngestStatus
+
+    by_reason: dict[str, list[datetime]] = {}
+    for hour, row in sorted(rows):
+        if row.status == IngestStatus.GAP:
+            by_reason.setdefault(row.last_error, []).append(hour)
+    for error, failed in by_reason.items():
+        fix = (f" (import one first: chargeback policy import FILE --effective-from {failed[0]:%Y-%m-%dT%H:00Z})"
+               if error == NO_POLICY else "")
+        console.print(f"  {label}gap {format_runs(failed)}: {error}{fix}")
 
 
 @app.command("worker")
@@ -129,6 +140,30 @@ def worker(
     report = run_worker(once=once, poll_seconds=poll_seconds, backfill_start=start, backfill_hours=backfill_hours,
                         batch_hours=batch_hours, tasks=tasks)
     typer.echo(f"ingested {len(report.ingested)} hours, {len(report.gaps)} gaps, {len(report.skipped)} skipped")
+    _explain_round(report)
+
+
+def _explain_round(report) -> None:
+    """Why hours are gaps (their reasons, read back), or why there was nothing to do."""
+    from rich.console import Console
+    from sqlmodel import Session
+
+    from app.core.db import get_engine
+    from app.core.settings import get_settings
+    from app.metrics.ingest import hour_status
+
+    console = Console(stderr=True)
+    if not (report.ingested or report.gaps or report.skipped):
+        console.print(f"nothing to ingest: every finished hour is ingested (an hour is read "
+                      f"{get_settings().ingest_delay_s} s after it ends, CHARGEBACK_INGEST_DELAY_S)")
+        return
+    with Session(get_engine()) as session:
+        for cluster, part in report.clusters.items():
+            if part.gaps:
+                hours = sorted(set(part.gaps))
+                rows = hour_status(session, hours[0], hours[-1] + timedelta(hours=1), cluster)
+                _print_gap_reasons(console, ((h, r) for h, r in rows.items() if h in set(hours)),
+                                   f"{cluster}: " if len(report.clusters) > 1 else "")
 
 
 @app.command("doctor")

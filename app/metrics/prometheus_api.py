@@ -65,7 +65,7 @@ def get_body(session: requests.Session, url: str, params: dict | list, *, timeou
     if response.status_code >= 500:
         raise Unavailable(f"{_base(url)} failed: HTTP {response.status_code} {_excerpt(body)}")
     if response.status_code != 200:
-        raise Invalid(f"{_base(url)} rejected a query (HTTP {response.status_code}): {_error_text(body)}")
+        raise Invalid(_rejected(url, response.status_code, body))
     return body
 
 
@@ -234,16 +234,34 @@ def _point(value: object, what: str) -> tuple[float, float]:
 
 
 def _base(url: str) -> str:
-    return url.split("/api/", 1)[0]
+    """The server as configured: the request URL less its API path (the last /api/v1/ and what follows)."""
+    return url.rsplit("/api/v1/", 1)[0]
+
+
+def _rejected(url: str, status: int, body: bytes) -> str:
+    """A 4xx in one line: what was asked, what came back, and the likely fix."""
+    asked = url.split("?", 1)[0]
+    hint = ""
+    if _base(url).rstrip("/").endswith(("/api/v1", "/api")):
+        hint = "; the URL is the server's root, without /api/v1 (e.g. http://prometheus:9090)"
+    return f"{_base(url)} rejected a query (asked {asked}, got HTTP {status}: {_answer_kind(body)}){hint}"
+
+
+def _answer_kind(body: bytes) -> str:
+    """What a rejecting server sent: the Prometheus API's own error, or what it is instead."""
+    text = body.strip()
+    if not text:
+        return "an empty body, not the Prometheus API"
+    if text[:1] == b"<":
+        return "an HTML page, not the Prometheus API"
+    try:
+        answer = json.loads(text)
+    except (ValueError, UnicodeDecodeError):
+        return f"'{_excerpt(text)}', not the Prometheus API"
+    if isinstance(answer, dict) and answer.get("status") == "error" and answer.get("error"):
+        return f"{answer.get('errorType') or 'error'}: {answer['error']}"
+    return f"a JSON answer that is not the Prometheus API's: {_excerpt(text)}"
 
 
 def _excerpt(body: bytes) -> str:
     return body[:200].decode("utf-8", "replace").replace("\n", " ")
-
-
-def _error_text(body: bytes) -> str:
-    try:
-        answer = json.loads(body)
-        return f"{answer.get('errorType', '')}: {answer.get('error', '')}"
-    except (ValueError, AttributeError):
-        return _excerpt(body)

@@ -58,10 +58,18 @@ def serve(
         help="Comma-separated proxy addresses/networks whose X-Forwarded-* are believed (with --proxy-headers)",
     ),
 ) -> None:
-    """Serve the portal (HTML and /api/v1) with uvicorn."""
+    """Serve the portal (HTML and /api/v1) with uvicorn; refused (exit 2) while the database's schema is not this
+    version's."""
     import uvicorn
 
+    from app.core.migrate import schema_problem
+    from app.core.settings import get_settings
+
     refuse_placeholder_secret_off_loopback(host)
+    problem = schema_problem(get_settings().database_url)
+    if problem is not None:  # every sign-in would be a 500: refuse to start instead
+        typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(2)
     if workers > 1:
         share_metrics_between_workers()
     uvicorn.run(

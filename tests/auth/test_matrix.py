@@ -32,6 +32,7 @@ RULES: dict[tuple[str, str], str | frozenset[str]] = {
     ("GET", "/api/v1/openapi.json"): PUBLIC,
     ("GET", "/api/v1/docs"): PUBLIC,
     ("GET", "/healthz"): PUBLIC,
+    ("GET", "/readyz"): PUBLIC,
     ("GET", "/metrics"): PUBLIC,
     # accounts
     ("GET", "/login"): PUBLIC,

@@ -17,6 +17,7 @@ from app.billing.models import BillingPeriod
 from app.core import deps
 from app.core.audit import AuditEntry
 from app.core.db import unit_of_work
+from app.core.timeutil import floor_hour
 from app.main import create_app
 from app.policy.models import PolicyVersion
 from tests.support.billing import add_hour, record_gaps, store_policy
@@ -256,7 +257,7 @@ def test_refused_commit_on_policy_apply(pg_portal, fresh_engine):
                                           planned_at=datetime.now(UTC) + timedelta(days=1))
         releases.attach(session=s, release_id=release.id, change_id=change.id, actor="otto")
         release_id = release.id
-    soon = (datetime.now(UTC) + timedelta(hours=2)).isoformat()
+    soon = (floor_hour(datetime.now(UTC)) + timedelta(hours=2)).isoformat()
     headers = {"Authorization": f"Bearer {raw}", "Idempotency-Key": "apply-1"}
     first = _refused_then_once(
         pg_portal, fresh_engine, table="policy_version", action="release.apply",

@@ -137,8 +137,9 @@ def test_web_has_two_probed_replicas_behind_the_service_and_the_monitor(overlay)
     (container,) = web["spec"]["template"]["spec"]["containers"]
     port = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert port["http"] == int(container["command"][container["command"].index("--port") + 1])
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
+    # liveness: the process answers; readiness: the database also holds this version's schema
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     pod_labels = web["spec"]["template"]["metadata"]["labels"]
     service = by_kind(overlay, "Service")["chargeback"]
     assert service["spec"]["selector"].items() <= pod_labels.items()

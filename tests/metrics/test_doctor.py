@@ -265,3 +265,26 @@ def test_admin_page_shows_the_report_and_only_to_admins(api, fresh_engine, tmp_p
                 assert text in page.text, text
             api.as_(Principal(name="fiona", roles=frozenset({"finance"}), user_id=1))
             assert api.get("/admin/doctor", headers=html).status_code == 403
+
+
+def test_a_url_with_api_v1_says_what_was_asked_and_how_to_fix_it(operator_install, tmp_path):
+    """The README's URL is the server's root; with /api/v1 typed too, the real Prometheus answers 404 in plain text."""
+    prom, policy = operator_install
+    wrong = f"{prom.url}/api/v1"
+    report = doctor.run(PromReader(wrong), at=time.time(), policy=None)
+    (finding,) = report.findings
+    assert finding.code == "could-not-read"
+    assert f"{wrong} rejected a query (asked {wrong}/api/v1/" in finding.detail
+    assert "got HTTP 404: '404 page not found', not the Prometheus API" in finding.detail
+    assert finding.detail.endswith("the URL is the server's root, without /api/v1 (e.g. http://prometheus:9090)")
+    done = run_cli(wrong, policy)
+    assert done.returncode == 1 and "Traceback" not in done.stderr + done.stdout
+    assert "without /api/v1" in done.stdout + done.stderr
+
+
+def test_a_server_that_is_not_prometheus_is_named_so(tmp_path):
+    with serving({"/": "<html><body>Grafana</body></html>"}) as target:
+        report = doctor.run(PromReader(f"http://{target}"), at=time.time(), policy=None)
+    (finding,) = report.findings
+    assert f"http://{target} rejected a query (asked http://{target}/api/v1/" in finding.detail
+    assert "got HTTP 404: an HTML page, not the Prometheus API)" in finding.detail
