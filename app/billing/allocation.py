@@ -33,7 +33,6 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import select
 from sqlmodel import Session
 
-from app.billing.exports import csv_bytes
 from app.billing.loader import load_hours
 from app.billing.models import (
     BillingPeriod,
@@ -50,6 +49,7 @@ from app.billing.readable import Viewer, readable_lines, readable_usage
 from app.billing.types import QUANTITY, LineKind
 from app.core.cache import TtlCache
 from app.core.errors import FieldError, Invalid
+from app.core.safe_text import csv_bytes
 from app.core.settings import get_settings
 from app.core.timeutil import SECONDS_PER_HOUR, epoch, utcnow
 from app.metrics.cluster_hours import check_cluster, pool_clusters
