@@ -44,6 +44,12 @@ def control_problem(value: str) -> str | None:
     return None
 
 
+def printable(value: str) -> str:
+    """`value` with each control or line-separator character shown as its code (U+2028): for one-line
+    places such as a mail header, where such a character ends the header (or the message is refused)."""
+    return "".join(f"U+{ord(c):04X}" if is_control(c) else c for c in value)
+
+
 def text_errors(fields: Mapping[str, str | None] | Iterable[tuple[str, str | None]]) -> list[FieldError]:
     """One FieldError per (path, value) whose value holds a control character (None and "" pass)."""
     items = fields.items() if isinstance(fields, Mapping) else fields

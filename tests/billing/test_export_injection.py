@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 from datetime import UTC, datetime
 
@@ -95,3 +96,20 @@ def test_a_reason_with_a_bare_carriage_return_stays_one_inert_cell(session, octo
         cells = [dict(zip(columns, row, strict=True))[column] for row in rows]
         assert [c for c in cells if "SUM" in c] and all("\r=" not in c for c in cells), fmt
         assert any(c.endswith("late fix\r'=SUM(1+2)") for c in cells), fmt
+
+
+@pytest.mark.parametrize("char", ["\u2028", "\x85", "\u2029", "\r", "\n", "\x7f", "\x9b"])
+def test_policy_validation_refuses_control_and_line_separators_in_names(char):
+    """A department name is the subject of its budget mail: U+2028 or NEL there stopped the mail for good."""
+    base = policy_doc().to_data()
+    base["tenants"][0]["department"] = f"research{char}"
+    base["pools"][0]["name"] = f"pool{char}a"
+    base["priorities"][0]["name"] = f"{char}gold"
+    # As JSON (a YAML document too): its escapes reach the parser exactly, where a raw NEL in plain YAML folds to a space.
+    text = json.dumps(PolicyDocument.model_validate(base).model_dump(mode="json", by_alias=True))
+    with pytest.raises(Invalid) as info:
+        parse_document(text)
+    found = {e.path: e.message for e in info.value.errors if f"U+{ord(char):04X}" in e.message}
+    assert f"tenants[{base['tenants'][0]['name']}].department" in found
+    assert any(path.startswith("pools[") and path.endswith("].name") for path in found)
+    assert any(path.startswith("priorities[") and path.endswith("].name") for path in found)
