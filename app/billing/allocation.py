@@ -314,6 +314,7 @@ class Allocation:
     months: list[MonthPricing]
     rows: list[Row]
     cluster: str = ""  # the cluster filter, "" for every cluster
+    visible: frozenset[str] | None = None  # the tenants the rows cover (None: every tenant, a staff view)
     total: Row = field(init=False)
 
     def __post_init__(self) -> None:
@@ -452,7 +453,7 @@ def _allocation(*, session: Session, window: DateRange, aggregate: str, viewer: 
     rows = build_rows(aggregate=aggregate, cells=cells, lines=lines, capacity=capacity, departments=departments,
                       quantum=cents(currency), clusters=clusters)
     return Allocation(window=window, aggregate=aggregate, tenant=tenant, currency=currency, months=months, rows=rows,
-                      cluster=cluster)
+                      cluster=cluster, visible=visible)
 
 
 # --- answers ---------------------------------------------------------------------------------------------
