@@ -34,10 +34,15 @@ def is_control(char: str) -> bool:
     return code < 0x20 or 0x7F <= code <= 0x9F or code in (0x2028, 0x2029)
 
 
-def control_problem(value: str) -> str | None:
-    """Why `value` is refused as human-entered text (its first control character, readably), or None."""
+PROSE_BREAKS = "\n\r\t"  # what a textarea sends in several lines of prose (justifications, comments)
+
+
+def control_problem(value: str, *, allow: str = "") -> str | None:
+    """Why `value` is refused as human-entered text (its first control character, readably), or None.
+
+    `allow`: characters let through (PROSE_BREAKS for multi-line prose); one-line text allows none."""
     for i, char in enumerate(value):
-        if is_control(char):
+        if is_control(char) and char not in allow:
             name = unicodedata.name(char, "") or {0x85: "NEXT LINE"}.get(ord(char), "control character")
             return (f"must not contain control or line-separator characters "
                     f"(U+{ord(char):04X} {name.lower()} at position {i + 1})")
@@ -50,14 +55,16 @@ def printable(value: str) -> str:
     return "".join(f"U+{ord(c):04X}" if is_control(c) else c for c in value)
 
 
-def text_errors(fields: Mapping[str, str | None] | Iterable[tuple[str, str | None]]) -> list[FieldError]:
+def text_errors(fields: Mapping[str, str | None] | Iterable[tuple[str, str | None]], *,
+                allow: str = "") -> list[FieldError]:
     """One FieldError per (path, value) whose value holds a control character (None and "" pass)."""
     items = fields.items() if isinstance(fields, Mapping) else fields
-    return [FieldError(path, problem) for path, value in items if value and (problem := control_problem(value))]
+    return [FieldError(path, problem) for path, value in items
+            if value and (problem := control_problem(value, allow=allow))]
 
 
 def check_text(detail: str, fields: Mapping[str, str | None] | Iterable[tuple[str, str | None]]) -> None:
-    """422 naming each field path whose human-entered text holds a control character."""
+    """422 naming each field path whose one-line human-entered text holds a control character."""
     if errors := text_errors(fields):
         raise Invalid(detail, errors)
 
