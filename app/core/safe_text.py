@@ -34,7 +34,7 @@ def is_control(char: str) -> bool:
     return code < 0x20 or 0x7F <= code <= 0x9F or code in (0x2028, 0x2029)
 
 
-PROSE_BREAKS = "\n\r\t"  # what a textarea sends in several lines of prose (justifications, comments)
+PROSE_BREAKS = "\n\r\t"  # what a textarea sends in several lines of prose (justifications, comments); CR only in CRLF
 
 
 def control_problem(value: str, *, allow: str = "") -> str | None:
@@ -42,7 +42,8 @@ def control_problem(value: str, *, allow: str = "") -> str | None:
 
     `allow`: characters let through (PROSE_BREAKS for multi-line prose); one-line text allows none."""
     for i, char in enumerate(value):
-        if is_control(char) and char not in allow:
+        bare_cr = char == "\r" and value[i + 1:i + 2] != "\n"  # a CR alone ends a line (and a CSV row) for some readers
+        if is_control(char) and (char not in allow or bare_cr):
             name = unicodedata.name(char, "") or {0x85: "NEXT LINE"}.get(ord(char), "control character")
             return (f"must not contain control or line-separator characters "
                     f"(U+{ord(char):04X} {name.lower()} at position {i + 1})")
