@@ -18,12 +18,19 @@ PostgreSQL from CHARGEBACK_TEST_PG_URL) and each printed as counts:
      error answers, nothing kept, Idempotency-Key retries succeed exactly once.
   5. Floods against uvicorn on SQLite: parallel wrong guesses at one user (passwords checked, peak
      RSS), parallel sign-ins, and mixed requests 32 at a time (status counts; 500s).
+  t. Hostile text and tenant scoping against uvicorn on SQLite (issue 25 items 2 and 3): every export
+     (invoice CSV, FOCUS, /allocation.csv per aggregate) with label values and stored reasons holding
+     CR, LF, NEL, U+2028 and formula prefixes, parsed back (cells live as a formula, rows split); every
+     human-text input (reasons, titles, comments, descriptions, contacts, a department in a policy
+     draft) sent control and line-separator characters (accepted, 5xx); every member of every subset of
+     tenants asking every aggregate, API and CSV (rows, totals or forecasts over a tenant it cannot see).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -542,12 +549,185 @@ def floods(work: Path, requests: int) -> dict:
     return out
 
 
+# ---- t. hostile text and tenant scoping (issue 25) ---------------------------------------------
+
+HOSTILE = ["late fix\r=SUM(1+2)", "x\n@cmd", "=HYPERLINK(\"http://evil.example\")", "\uff1dcmd", "a\u2028+1",
+           "b\x85-2+3", "c\u2029=1", "\tcmd", "\r=1", "d\x0b=2"]
+HOSTILE_INPUT = ["late fix\r=SUM(1+2)", "two\nlines", "ne\x85xt", "line\u2028sep", "para\u2029sep", "esc\x1b[31m",
+                 "del\x7f", "nul\x00", "tab\there", "c1\x9b"]
+SCOPED_TENANTS = ("search", "vision", "etl")
+SCOPED_DEPARTMENT = {"search": "consumer", "vision": "research", "etl": "research"}
+
+
+def _live_cells(data: bytes, columns: int) -> tuple[int, int, int]:
+    """(cells, cells or lines inside a cell a spreadsheet would run, rows not `columns` wide) of a CSV."""
+    import csv
+    import io
+    import re
+
+    from app.core.safe_text import FORMULA_START, LINE_BREAKS
+
+    number = re.compile(r"-?[0-9]+(\.[0-9]+)?")
+    rows = list(csv.reader(io.StringIO(data.decode("utf-8"), newline="")))
+    cells = live = 0
+    for row in rows:
+        for cell in row:
+            cells += 1
+            lines = re.split("[" + re.escape(LINE_BREAKS) + "]", cell)
+            if not number.fullmatch(cell) and (cell[:1] in FORMULA_START or any(l[:1] in FORMULA_START for l in lines[1:])):
+                live += 1
+    return cells, live, sum(1 for row in rows if len(row) != columns)
+
+
+def hostile_text_and_scoping(work: Path) -> dict:
+    from sqlalchemy import text
+
+    from app.core.db import make_engine, unit_of_work
+    from app.core.migrate import upgrade
+    from tests.support.billing import add_namespaces, month_hours, policy_doc
+    from tests.support.budgets import seed_to_now
+    from tests.support.policies import SPEC_TENANTS
+
+    url = f"sqlite:///{work / 'hostile.db'}"
+    upgrade(url)
+    engine = make_engine(url)
+    doc = policy_doc(tenants=[{**t, "namespaces": list(t["namespaces"]), "department": SCOPED_DEPARTMENT[t["name"]]}
+                              for t in SPEC_TENANTS])
+    with unit_of_work(engine) as s:
+        this, known, _ = seed_to_now(s, doc)
+        # Label values are the cluster's: unallocated use in namespaces named as an attacker would.
+        hour = month_hours(this)[0]
+        add_namespaces(s, hour=hour, parts=[("unallocated", "unallocated", False, name, 60) for name in HOSTILE])
+    last = (datetime.strptime(this + "-01", "%Y-%m-%d") - timedelta(days=1)).strftime("%Y-%m")
+    members = [(f"m{mask}", [t for i, t in enumerate(SCOPED_TENANTS) if mask >> i & 1]) for mask in range(1, 8)]
+    tokens = seed_users(url, [("fin", "finance"), ("olga", "operator"), ("root", "admin")])
+    from app.auth import service
+
+    with unit_of_work(engine) as s:
+        for name, tenants in members:
+            user = service.create_user(session=s, name=name, role="tenant", password=PASSWORD, tenants=tenants,
+                                       actor="bench")
+            _, tokens[name] = service.create_token(session=s, user=user, scopes="read", lifetime=timedelta(days=1),
+                                                   actor="bench")
+    server = Server(url, work)
+    out: Counter = Counter()
+    statuses: Counter = Counter()
+    browsers: dict[str, httpx.Client] = {}
+    accepted: list[str] = []
+
+    def call(method: str, path: str, who: str, **kw) -> httpx.Response:
+        if path.startswith("/api/"):
+            response = httpx.request(method, f"{server.base}{path}", timeout=300,
+                                     headers={"Authorization": f"Bearer {tokens[who]}"}, **kw)
+        else:  # pages and their CSV: a signed-in browser session
+            if who not in browsers:
+                browsers[who], status = sign_in(server.base, who)
+                assert status == 303, status
+            response = browsers[who].request(method, path, **kw)
+            assert response.status_code == 200, (path, response.status_code)
+        statuses[response.status_code // 100 * 100] += 1
+        return response
+
+    try:
+        assert call("POST", f"/api/v1/periods/{last}/rate", "fin").status_code == 200
+        with engine.begin() as db:  # reasons and services as stored before validation refused them
+            ids = [r[0] for r in db.execute(text("SELECT id FROM charge_line ORDER BY id LIMIT :n"), {"n": len(HOSTILE)})]
+            for line_id, value in zip(ids, HOSTILE, strict=False):
+                db.execute(text("UPDATE charge_line SET reason = :v, service = :v, source = 'correction', "
+                                "corrects = 'x' WHERE id = :id"), {"v": value, "id": line_id})
+        # 1. exports
+        for fmt, columns in (("csv", None), ("focus", None)):
+            response = call("GET", f"/api/v1/periods/{last}/export", "fin", params={"format": fmt})
+            width = len(response.content.split(b"\n", 1)[0].split(b","))
+            cells, live, split = _live_cells(response.content, columns or width)
+            out["export_requests"] += 1
+            out["export_cells"] += cells
+            out["export_live_formulas"] += live
+            out["export_split_rows"] += split
+        for who in ["fin", *[m for m, _ in members]]:
+            for aggregate in ("tenant", "department", "pool", "class", "namespace"):
+                response = call("GET", "/allocation.csv", who, params={"aggregate": aggregate})
+                cells, live, split = _live_cells(response.content, 9)
+                out["export_requests"] += 1
+                out["export_cells"] += cells
+                out["export_live_formulas"] += live
+                out["export_split_rows"] += split
+        # 2. human-text inputs
+        change = call("POST", "/api/v1/policy/changes", "olga", json={"title": "t", "justification": "j"}).json()["id"]
+        line = call("GET", f"/api/v1/periods/{last}/invoices/vision", "fin").json()["lines"][0]["line_id"]
+        draft = call("GET", f"/api/v1/policy/changes/{change}", "olga").json()["document"]
+        for value in HOSTILE_INPUT:
+            tries = [
+                ("POST", f"/api/v1/periods/{this}/corrections", "fin",
+                 {"line_id": line, "amount": "1", "reason": value}),
+                ("POST", f"/api/v1/periods/{last}/close", "fin", {"accept_gaps": True, "reason": value}),
+                ("POST", "/api/v1/policy/changes", "olga", {"title": value, "justification": "j"}),
+                ("PUT", "/api/v1/tenants/vision/contacts", "fin", {"emails": [f"ana{value}@vision.example"]}),
+                ("POST", "/api/v1/webhooks", "root", {"url": "https://erp.example/hook", "event_types": ["period.rated"],
+                                                      "description": value}),
+                ("POST", "/api/v1/policy/changes", "olga",
+                 {"title": "dept", "justification": "j", "document": draft.replace("department: research",
+                                                                                 "department: " + json.dumps("re" + value))}),
+            ]
+            if value not in ("two\nlines", "tab\there"):  # prose keeps its line breaks and tabs
+                tries.append(("POST", f"/api/v1/policy/changes/{change}/comments", "olga", {"body": value}))
+            for method, path, who, body in tries:
+                response = call(method, path, who, json=body)
+                out["input_requests"] += 1
+                kept = response.status_code < 400
+                if kept and "document" in body:  # a draft is stored as typed: its validation must refuse it
+                    kept = not any("U+" in str(e.get("message")) for e in response.json().get("validation", {}).get(
+                        "errors", [])) and "U+" not in response.text
+                out["input_accepted"] += int(kept)
+                if kept:
+                    accepted.append(f"{method} {path} {value!r} -> {response.status_code}")
+        # 3. scoping: every member, every aggregate, API and CSV, against the staff's per-tenant figures
+        staff = {r["name"]: r for r in call("GET", "/api/v1/allocation", "fin").json()["rows"] if r["kind"] == "allocated"}
+        from decimal import Decimal as D
+
+        for who, visible in members:
+            for aggregate in ("tenant", "department", "pool", "class", "namespace"):
+                body = call("GET", "/api/v1/allocation", who, params={"aggregate": aggregate}).json()
+                out["scope_requests"] += 1
+                rows = body["rows"]
+                leaked = {r["kind"] for r in rows} - {"allocated"}
+                if aggregate == "tenant":
+                    leaked |= {r["name"] for r in rows} - set(visible)
+                if aggregate == "namespace":
+                    leaked |= {r["tenant"] for r in rows} - set(visible)
+                if D(body["total"]["cost"]) != sum((D(staff[t]["cost"]) for t in visible), D(0)):
+                    leaked.add("total")
+                if aggregate == "department":
+                    for r in rows:
+                        mine = [t for t in visible if SCOPED_DEPARTMENT[t] == r["name"]]
+                        want = sum((D(staff[t]["forecast_cost"]) for t in mine), D(0))
+                        if abs(D(r["forecast_cost"]) - want) > D("0.01") * len(mine):  # each tenant's rounding
+                            leaked.add(f"forecast {r['name']}")
+                out["scope_leaks"] += len(leaked)
+                shown = call("GET", "/allocation.csv", who, params={"aggregate": aggregate}).text
+                out["scope_requests"] += 1
+                others = set(SCOPED_TENANTS) - set(visible)
+                if aggregate in ("tenant", "namespace"):
+                    import csv as _csv
+                    import io as _io
+
+                    names = {row[1 if aggregate == "tenant" else 2] for row in _csv.reader(_io.StringIO(shown))}
+                    out["scope_leaks"] += len(names & others)
+        out["known_hours"] = known
+    finally:
+        for client in browsers.values():
+            client.close()
+        server.stop()
+        engine.dispose()
+    return {**dict(out), "status_classes": dict(sorted(statuses.items())), "accepted": accepted}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=8, help="kill -9 trials per scenario")
     parser.add_argument("--flood", type=int, default=640, help="mixed requests in the request flood")
     parser.add_argument("--skip-postgres", action="store_true")
-    parser.add_argument("--only", default="12345", help="scenarios to run, e.g. 12 (2 needs 1's database)")
+    parser.add_argument("--only", default="12345t", help="scenarios to run, e.g. 12 (2 needs 1's database)")
     parser.add_argument("--ingest-kills", type=int, default=None, help="kill -9 trials of scenario 1 (default --kills)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="chargeback-reliability-"))
@@ -565,6 +745,8 @@ def main() -> None:
             results["4. refused COMMIT (PostgreSQL), token creation"] = refused_commits(work)
         if "5" in only:
             results["5. floods (SQLite, one uvicorn)"] = floods(work, args.flood)
+        if "t" in only:
+            results["t. hostile text and tenant scoping (SQLite, one uvicorn)"] = hostile_text_and_scoping(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for name, counts in results.items():

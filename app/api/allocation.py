@@ -42,5 +42,7 @@ def allocation(
     answer = read_allocation(session=session, window=period, aggregate=check_aggregate(aggregate), viewer=user,
                              tenant=tenant, cluster=cluster)
     # The forecast is the tenant's whole fleet: a window narrowed to one cluster carries none.
-    remaining = {} if cluster else window_remaining(session=session, window=period, aggregate=aggregate, now=utcnow())
+    # Over the tenants the answer covers: the caller's (and only `tenant` when given), as its rows are.
+    remaining = {} if cluster else window_remaining(session=session, window=period, aggregate=aggregate, now=utcnow(),
+                                                    visible=answer.visible)
     return to_json(as_json(answer, remaining))

@@ -33,7 +33,6 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import select
 from sqlmodel import Session
 
-from app.billing.exports import csv_bytes
 from app.billing.loader import load_hours
 from app.billing.models import (
     BillingPeriod,
@@ -50,6 +49,7 @@ from app.billing.readable import Viewer, readable_lines, readable_usage
 from app.billing.types import QUANTITY, LineKind
 from app.core.cache import TtlCache
 from app.core.errors import FieldError, Invalid
+from app.core.safe_text import csv_bytes
 from app.core.settings import get_settings
 from app.core.timeutil import SECONDS_PER_HOUR, epoch, utcnow
 from app.metrics.cluster_hours import check_cluster, pool_clusters
@@ -314,6 +314,7 @@ class Allocation:
     months: list[MonthPricing]
     rows: list[Row]
     cluster: str = ""  # the cluster filter, "" for every cluster
+    visible: frozenset[str] | None = None  # the tenants the rows cover (None: every tenant, a staff view)
     total: Row = field(init=False)
 
     def __post_init__(self) -> None:
@@ -452,7 +453,7 @@ def _allocation(*, session: Session, window: DateRange, aggregate: str, viewer: 
     rows = build_rows(aggregate=aggregate, cells=cells, lines=lines, capacity=capacity, departments=departments,
                       quantum=cents(currency), clusters=clusters)
     return Allocation(window=window, aggregate=aggregate, tenant=tenant, currency=currency, months=months, rows=rows,
-                      cluster=cluster)
+                      cluster=cluster, visible=visible)
 
 
 # --- answers ---------------------------------------------------------------------------------------------

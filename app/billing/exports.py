@@ -7,10 +7,7 @@ served from there.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import re
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
@@ -24,7 +21,7 @@ from app.billing.invoices import PeriodView, load_view
 from app.billing.models import BillingPeriod, ChargeLineRecord, DocumentKind, LineSource
 from app.billing.types import CHARGE_KINDS, PLATFORM, QUANTITY, LineKind
 from app.core.errors import FieldError, Invalid, NotFound
-from app.policy.validation import FORMULA_START
+from app.core.safe_text import csv_bytes
 
 FORMATS = {
     "csv": ("text/csv; charset=utf-8", "csv"),
@@ -130,25 +127,6 @@ def _qty(value: Decimal) -> str:
 
 def _money(value: Decimal) -> str:
     return format(Decimal(value), "f")
-
-
-_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?")
-
-
-def neutralise(value: str) -> str:
-    """A cell a spreadsheet will not run as a formula (OWASP CSV injection); plain numbers stay numeric."""
-    if value[:1] in FORMULA_START and not _NUMBER.fullmatch(value):
-        return "'" + value
-    return value
-
-
-def csv_bytes(header: list[str], rows: list[list[str]]) -> bytes:
-    """Every cell is neutralised here, once, so no column (names from the policy, reasons, ids) can be missed."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows([neutralise(cell) for cell in row] for row in rows)
-    return buffer.getvalue().encode("utf-8")
 
 
 CSV_COLUMNS = [

@@ -221,14 +221,31 @@ def _currency_of(session: Session, at: datetime) -> str:
     return doc.pricing.currency if doc is not None else "USD"
 
 
-def window_remaining(*, session: Session, window: DateRange, aggregate: str, now: datetime) -> dict[str, Decimal]:
+def window_remaining(*, session: Session, window: DateRange, aggregate: str, now: datetime,
+                     visible: frozenset[str] | None = None) -> dict[str, Decimal]:
     """Per tenant (or department) the forecast cost of this month's hours not known yet, for an allocation window
-    that runs through today; {} for any other window or aggregate (no forecast to add)."""
+    that runs through today; {} for any other window or aggregate (no forecast to add).
+
+    `visible`: the tenants the caller may see (None: every tenant). A department's rest is then the sum of its
+    visible tenants' rests only, as its row sums only their cost: a member never learns another tenant's forecast.
+    """
     today = aware(now).astimezone(window.tz).date()
     if aggregate not in ("tenant", "department") or not window.start <= today <= window.end:
         return {}
     answer = month_forecasts(session=session, as_of=now)
     if answer.error:
         return {}
-    source = answer.tenants if aggregate == "tenant" else answer.departments
-    return {name: f.expected_remaining for name, f in source.items()}
+    return scoped_remaining(answer, aggregate=aggregate, visible=visible)
+
+
+def scoped_remaining(answer: MonthForecasts, *, aggregate: str, visible: frozenset[str] | None) -> dict[str, Decimal]:
+    """The forecast rest per tenant or department over the `visible` tenants only (None: all of them)."""
+    if aggregate == "tenant":
+        return {name: f.expected_remaining for name, f in answer.tenants.items() if visible is None or name in visible}
+    if visible is None:
+        return {name: f.expected_remaining for name, f in answer.departments.items()}
+    out: dict[str, Decimal] = {}
+    for tenant in sorted(visible & answer.tenants.keys()):
+        department = answer.department_of.get(tenant, "unassigned")
+        out[department] = out.get(department, ZERO) + answer.tenants[tenant].expected_remaining
+    return out

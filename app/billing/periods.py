@@ -40,6 +40,7 @@ from app.core.audit import record
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
 from app.core.event_payloads import CorrectionCreated, PeriodRated
 from app.core.events import emit
+from app.core.safe_text import check_text, text_errors
 from app.core.settings import get_settings
 from app.core.timeutil import HOUR, SECONDS_PER_HOUR, format_runs, from_epoch, hours_between, utcnow
 from app.metrics.cluster_hours import hour_states, never_ingested, scope
@@ -170,6 +171,8 @@ def close(
     """
     p = parse_period(period)
     require_started(p)
+    # Audited, printed on the statement and in the exports: one line of text, no control characters.
+    check_text("The close reason cannot be stored", {"reason": reason})
     reason = (reason or "").strip() or None
     if accept_gaps and not reason:
         raise Invalid("Accepting gaps needs a reason", [FieldError("reason", "required with accept_gaps")])
@@ -420,6 +423,7 @@ def correct(
         errors.append(FieldError("amount", f"{amount!r} is not a decimal amount"))
     if not (reason or "").strip():
         errors.append(FieldError("reason", "a correction needs a reason"))
+    errors += text_errors({"reason": reason})  # a cell of the invoice CSV and FOCUS: one line, no controls
     if errors:
         raise Invalid("The correction is not valid", errors)
     original = session.execute(

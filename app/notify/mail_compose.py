@@ -12,6 +12,7 @@ from sqlmodel import Session, select
 
 from app.billing.models import BillingPeriod, DocumentKind, IssuedDocument, PeriodStatus
 from app.core.events import Event
+from app.core.safe_text import printable
 from app.core.settings import Settings
 from app.notify.mail_contacts import contacts_of
 from app.notify.mail_models import FINANCE, MailKind, MailSend
@@ -57,7 +58,9 @@ def _headers(message: EmailMessage, *, settings: Settings, row: MailSend, recipi
              now: datetime) -> None:
     message["From"] = settings.mail_from
     message["To"] = ", ".join(recipients)
-    message["Subject"] = subject
+    # Names in a subject come from the policy (refused there with control characters since issue 25), but an
+    # event raised before keeps its payload: a U+2028 or NEL in a header fails the send for good.
+    message["Subject"] = printable(subject)
     message["Date"] = email.utils.format_datetime(now)
     message["Message-ID"] = row.message_id
     message["Auto-Submitted"] = "auto-generated"  # RFC 3834: no out-of-office replies to the portal

@@ -9,6 +9,7 @@ from sqlmodel import Session, select
 
 from app.core.audit import record
 from app.core.errors import FieldError, Invalid, NotFound
+from app.core.safe_text import control_problem
 from app.core.timeutil import utcnow
 from app.notify.mail_models import TenantContact
 from app.policy.service import active_document
@@ -71,7 +72,8 @@ def replace_contacts(*, session: Session, tenant: str, emails: list[str], actor:
         errors.append(FieldError(path, f"at most {MAX_CONTACTS} contacts per tenant"))
     cleaned: list[str] = []
     for i, raw in enumerate(emails):
-        address, problem = normalized_address(raw.strip())
+        # Before the strip: str.strip() removes NEL and U+2028, which an address must not hold to begin with.
+        address, problem = (None, control_problem(raw)) if control_problem(raw.strip(" ")) else normalized_address(raw.strip())
         if address is None:
             errors.append(FieldError(f"{path}[{i}]", f"{raw.strip()!r}: {problem}"))
         elif address.lower() in {a.lower() for a in cleaned}:

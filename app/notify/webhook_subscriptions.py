@@ -16,6 +16,7 @@ from sqlmodel import Session, select
 from app.core.audit import record
 from app.core.errors import FieldError, Invalid, NotFound
 from app.core.events import EVENT_TYPES
+from app.core.safe_text import text_errors
 from app.core.settings import Settings, get_settings
 from app.core.timeutil import aware, utcnow
 from app.notify.webhook_models import WebhookSubscription
@@ -85,6 +86,7 @@ def _validated(changes: Changes, *, prefix: str, settings: Settings) -> Changes:
     description = None if changes.description is None else changes.description.strip()
     if description is not None and len(description) > MAX_DESCRIPTION:
         errors.append(FieldError(f"{prefix}description", f"at most {MAX_DESCRIPTION} characters"))
+    errors += text_errors({f"{prefix}description": changes.description})  # one line of human text
     if errors:
         raise Invalid("The webhook subscription was not saved", errors)
     return Changes(url=url, event_types=types, description=description, active=changes.active)

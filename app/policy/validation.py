@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo
 
 from app.core.clusters import DEFAULT_CLUSTER
 from app.core.errors import FieldError
+from app.core.safe_text import FORMULA_START, control_problem
 from app.policy import gpus
 from app.policy.document import RESERVED_TENANT_NAMES, UNPOOLED, PolicyDocument, Pool
 from app.policy.paths import item_paths, named, path_of
@@ -124,19 +125,21 @@ def _magnitudes(doc: PolicyDocument, report: _Report) -> None:
             report.error(named(data, loc), f"{value} is too large (limit {MAX_NUMBER:,})")
 
 
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet runs as a formula; the exports neutralise it too
-
-
 def _exported_names(doc: PolicyDocument, report: _Report) -> None:
     # These names become cells of the CSV/FOCUS exports; the exports neutralise them anyway, but a
     # name a spreadsheet would run as a formula is refused where a reviewer can see why.
-    tenants, pools, slas = tenant_paths(doc), pool_paths(doc), sla_paths(doc)
+    tenants, pools, slas, priorities = tenant_paths(doc), pool_paths(doc), sla_paths(doc), priority_paths(doc)
     names = [(path_of(tenants[i], "department"), t.department) for i, t in enumerate(doc.tenants)]
     names += [(path_of(pools[i], "name"), p.name) for i, p in enumerate(doc.pools)]
     names += [(path_of(slas[i], "service"), s.service) for i, s in enumerate(doc.sla)]
+    names += [(path_of(priorities[i], "name"), p.name) for i, p in enumerate(doc.priorities)]
     for at, name in names:
-        if name.startswith(FORMULA_START) or any(ord(c) < 32 for c in name):
-            report.error(at, "must not start with = + - @ or hold control characters (spreadsheets would run it as a formula)")
+        # A control or line-separator character (U+2028, NEL...) would also end a mail header early: a
+        # department name is the subject of its budget mail.
+        if problem := control_problem(name):
+            report.error(at, problem)
+        elif name.startswith(FORMULA_START):
+            report.error(at, "must not start with = + - @ (spreadsheets would run it as a formula)")
 
 
 def _tenants(doc: PolicyDocument, report: _Report) -> None:

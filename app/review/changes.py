@@ -17,6 +17,7 @@ from sqlmodel import Session, select
 
 from app.core.audit import record
 from app.core.errors import AppError, Conflict, FieldError, Invalid, NotFound
+from app.core.safe_text import PROSE_BREAKS, text_errors
 from app.core.settings import get_settings
 from app.core.timeutil import utcnow
 from app.policy.document import PolicyDocument
@@ -110,8 +111,14 @@ def storable(**fields: str | None) -> list[FieldError]:
     return [FieldError(name, "must not contain NUL characters") for name, value in fields.items() if value and "\x00" in value]
 
 
+def prose(**fields: str | None) -> list[FieldError]:
+    """Several lines of human text (a justification, a comment): line breaks and tabs, no other control or
+    line-separator character (NUL, ESC, NEL, U+2028...)."""
+    return text_errors(fields, allow=PROSE_BREAKS)
+
+
 def _check_text(title: str | None, justification: str | None, document: str | None) -> list[FieldError]:
-    errors = storable(title=title, justification=justification, document=document)
+    errors = storable(document=document) + text_errors({"title": title}) + prose(justification=justification)
     if title is not None:
         if not title.strip():
             errors.append(FieldError("title", "required"))
@@ -328,8 +335,8 @@ def approve(
     """Record a reviewer's approval (never the author's); the request is approved at the required count."""
     change = get_change(session=session, change_id=change_id)
     required = max(1, required if required is not None else get_settings().required_approvals)
-    if storable(comment=comment):
-        raise Invalid("the comment cannot be stored", storable(comment=comment))
+    if prose(comment=comment):
+        raise Invalid("the comment cannot be stored", prose(comment=comment))
     before = snapshot(change)
     _decide(session, change, actor, "approve", comment)
     # One statement counts the approval and, at the threshold, approves: concurrent approvals
@@ -350,8 +357,8 @@ def approve(
 def reject(*, session: Session, change_id: int, actor: str, comment: str = "") -> ChangeRequest:
     """A reviewer (never the author) rejects a submitted request."""
     change = get_change(session=session, change_id=change_id)
-    if storable(comment=comment):
-        raise Invalid("the comment cannot be stored", storable(comment=comment))
+    if prose(comment=comment):
+        raise Invalid("the comment cannot be stored", prose(comment=comment))
     before = snapshot(change)
     _decide(session, change, actor, "reject", comment)
     _transition(session, change, allowed=(ChangeState.SUBMITTED,), verb="rejected",
@@ -390,8 +397,8 @@ def withdraw(*, session: Session, change_id: int, actor: str) -> ChangeRequest:
 def add_comment(*, session: Session, change_id: int, actor: str, body: str) -> ChangeComment:
     """Anyone who can read the request may comment on it, in any state."""
     change = get_change(session=session, change_id=change_id)
-    if storable(body=body):
-        raise Invalid("the comment cannot be stored", storable(body=body))
+    if prose(body=body):
+        raise Invalid("the comment cannot be stored", prose(body=body))
     if not body or not body.strip():
         raise Invalid("the comment is empty", [FieldError("body", "required")])
     if len(body) > 20_000:

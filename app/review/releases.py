@@ -22,11 +22,12 @@ from app.core.audit import record
 from app.core.db import is_postgres
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
 from app.core.event_payloads import ReleaseRef
+from app.core.safe_text import text_errors
 from app.core.timeutil import aware, floor_hour, utcnow
 from app.policy.document import PolicyDocument
 from app.policy.models import PolicyVersion
 from app.policy.service import get_version, import_version, latest_version, load_document
-from app.review.changes import current_version, get_change, storable, validation
+from app.review.changes import current_version, get_change, validation
 from app.review.models import ChangeRequest, ChangeState, PolicyArtifact, Release, ReleaseChange, ReleaseState
 
 ENTITY = "release"
@@ -94,7 +95,7 @@ def attached_change_ids(*, session: Session) -> set[int]:
 
 
 def _check_fields(name: str | None, service: str | None) -> None:
-    errors = storable(name=name, service=service)
+    errors = text_errors({"name": name, "service": service})  # one-line names: no control characters (NUL included)
     if name is not None and not name.strip():
         errors.append(FieldError("name", "required"))
     if service is not None and not service.strip():

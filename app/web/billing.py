@@ -22,6 +22,7 @@ from app.billing.period import get_period, parse_period, rated_period, require_s
 from app.billing.report import read_report
 from app.core.deps import SessionDep
 from app.core.errors import AppError, NotFound
+from app.core.safe_text import control_problem
 from app.core.timeutil import utcnow
 from app.http.htmx import is_htmx
 from app.http.responses import download
@@ -153,6 +154,8 @@ def billing_close(
     refusal = period_checklist(session=session, period=p, now=utcnow()).refusal(**form)
     if len(reason) > MAX_REASON:
         refusal["reason"] = f"Keep the reason under {MAX_REASON:,} characters (it is {len(reason):,})."
+    elif problem := control_problem(reason):  # periods.close refuses it too: said here beside the field
+        refusal["reason"] = f"The reason {problem}."
     if refusal:
         return _refused(request, session, user, p, form, refusal)
     if not confirmed:

@@ -49,7 +49,7 @@ def contacts_page(request: Request, session: SessionDep, user: Finance) -> Respo
 def contacts_save(request: Request, session: SessionDep, user: Finance, tenant: Annotated[str, Path(max_length=200)],
                   emails: Emails = "") -> Response:
     """One address a line (commas also separate); a bad one comes back beside the field, the input kept."""
-    addresses = [a for a in re.split(r"[,\n]", emails) if a.strip()]
+    addresses = [a for a in re.split(r"[,\r\n]", emails) if a.strip(" ")]  # a textarea sends CRLF
     try:
         replace_contacts(session=session, tenant=tenant, emails=addresses, actor=user.name)
     except Invalid as exc:

@@ -149,3 +149,24 @@ def test_a_draft_month_is_live_in_api_and_page_and_frozen_once_finalized(fresh_e
     assert api.get("/api/v1/allocation", params=month).json() == final
     shown = api.get("/allocation", params=page).text
     assert "936.00 USD" in shown and "2026-11: invoice lines (finalized)" in shown
+
+
+def test_a_namespace_label_with_a_carriage_return_is_stored_verbatim_and_exported_inert(fresh_engine, api):
+    """Label values come from the cluster, not from a form: kept as read, but the CSV a member downloads holds one
+    inert cell per value (csv.writer left `scratch\\r=cmd` unquoted: a reader splitting on CR saw a live formula)."""
+    evil = "scratch\r=HYPERLINK(\"http://evil.example\")"
+    parts = [*SCRATCH[:-1], ("unallocated", "unallocated", False, evil, 720)]
+    with unit_of_work(fresh_engine) as s:
+        v = store_policy(s)
+        add_hour(s, hour=OCT1, version=v.id, usage=USAGE, gpus=3)
+        add_namespaces(s, hour=OCT1, parts=parts)
+    body = api.get("/api/v1/allocation", params={"window": "2026-10", "aggregate": "namespace"}).json()
+    assert evil in [r["name"] for r in body["rows"]]  # verbatim in the JSON
+    api.as_(VIEWER)
+    response = api.get("/allocation.csv", params={"start": "2026-10-01", "end": "2026-10-31", "aggregate": "namespace"})
+    assert response.status_code == 200
+    rows = list(csv.reader(io.StringIO(response.content.decode(), newline="")))
+    assert all(len(row) == len(rows[0]) for row in rows)
+    names = [row[1] for row in rows[1:]]
+    assert "scratch\r'=HYPERLINK(\"http://evil.example\")" in names
+    assert not [n for n in names if n.startswith("=") or "\r=" in n]

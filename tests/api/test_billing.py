@@ -177,6 +177,11 @@ def test_corrections_endpoint(api, fresh_engine):
     assert response.json()["amount"] == "-1.00" and response.json()["corrects"] == line["line_id"]
     problem(api.post("/api/v1/periods/2026-10/corrections", json={"line_id": "x", "amount": "1"}), 422)
     problem(api.post("/api/v1/periods/2026-10/corrections", json={"line_id": "nope", "amount": "1", "reason": "r"}), 404)
+    # A reason is one line of text: a bare CR (a formula after it in a spreadsheet), NEL or U+2028 is refused by path.
+    for reason in ("late fix\r=SUM(1+2)", "late\x85fix", "late\u2028fix", "late\tfix", "late\x1b[31mfix"):
+        body = problem(api.post("/api/v1/periods/2026-10/corrections",
+                                json={"line_id": line["line_id"], "amount": "1", "reason": reason}), 422)
+        assert [e["path"] for e in body["errors"]] == ["reason"] and "U+" in body["errors"][0]["message"], reason
 
 
 def test_usage_grouping_and_validation(api, fresh_engine):

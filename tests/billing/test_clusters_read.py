@@ -11,6 +11,8 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import func, select
 
 from app.billing import exports, periods
@@ -154,3 +156,24 @@ def test_overview_figures_of_one_cluster(session, november, two_clusters):
         assert fleet.by_class.get(klass, {}).get(day, 0) == sum(p.by_class.get(klass, {}).get(day, 0) for p in parts)
     assert fleet.idle[day] == sum(p.idle[day] for p in parts)
     assert session.execute(select(func.count()).select_from(PoolCostRecord)).scalar_one() == 2
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(visible=st.sets(st.sampled_from(("search", "vision", "etl"))))
+def test_a_member_s_cluster_rows_are_the_sum_over_its_tenants_only(session, november, visible):
+    """Issue 25 item 3: by cluster too, a member's rows are its own tenants' (each read alone), nobody else's."""
+    from app.auth.principal import Principal
+
+    window = parse_window("2026-11", today=date(2026, 12, 15), tz=UTC)
+    viewer = Principal(name="m", roles=frozenset({"tenant"}), tenants=frozenset(visible), user_id=9)
+    answer = allocation(session=session, window=window, aggregate="cluster", viewer=viewer)
+    assert {r.kind for r in answer.rows} <= {"allocated"}
+    expected: dict[str, tuple] = {}
+    for tenant in visible:
+        for r in allocation(session=session, window=window, aggregate="cluster", viewer=None, tenant=tenant).rows:
+            cost, seconds = expected.get(r.name, (Decimal(0), Decimal(0)))
+            expected[r.name] = (cost + r.cost, seconds + r.busy_seconds + r.dark_seconds)
+    assert {r.name: (r.cost, r.busy_seconds + r.dark_seconds) for r in answer.rows} == expected
+    staff = {r.name: r.cost for r in allocation(session=session, window=window, aggregate="tenant", viewer=None).rows
+             if r.kind == "allocated"}
+    assert answer.total.cost == sum((staff.get(t, Decimal(0)) for t in visible), Decimal(0))

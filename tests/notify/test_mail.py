@@ -265,6 +265,27 @@ def test_budget_alerts_go_to_the_tenant_or_to_finance(fresh_engine, tmp_path):
         assert department.recipients == [FINANCE] and "cost so far" in department.message.get_body().get_content()
 
 
+def test_a_department_alert_raised_with_a_line_separator_in_its_name_is_still_sent(fresh_engine, tmp_path):
+    """An event raised before the policy refused control characters keeps its department name: U+2028 or NEL
+    in the subject made every attempt fail ("Header values may not contain linefeed"), never retried."""
+    close_october(fresh_engine)
+    with unit_of_work(fresh_engine) as s:
+        for n, name in enumerate(("re\u2028search", "re\x85search")):
+            emit(session=s, type="budget.threshold", key=f"budget:dept:odd{n}:2026-11:100",
+                 payload={"tenant": None, "department": name, "month": "2026-11", "threshold_percent": 100,
+                          "basis": "actual", "amount": "2050.00", "budget": "2000.00"})
+    with smtp_server(tmp_path) as server:
+        mail_task(fresh_engine, frozen(NOW), settings=settings_for(server.port))
+        got = by_subject(server)
+        assert got.keys() >= {"Budget alert 2026-11: Department reU+2028search at 100 %",
+                              "Budget alert 2026-11: Department reU+0085search at 100 %"}
+        for subject in got:
+            assert not any(c in subject for c in "\u2028\x85\r\n")
+    with Session(fresh_engine) as s:
+        budget_sends = s.exec(select(MailSend).where(MailSend.kind == "budget")).all()
+    assert len(budget_sends) == 2 and all(r.sent_at is not None and r.last_error is None for r in budget_sends)
+
+
 def test_mail_disabled_records_skipped_and_retry_now_sends_it(fresh_engine, tmp_path):
     close_october(fresh_engine)
     assert mail_task(fresh_engine, frozen(NOW), settings=Settings(smtp_host=None, finance_recipients=FINANCE)) == []
@@ -302,6 +323,8 @@ def test_implicit_tls(fresh_engine, tmp_path):
 @pytest.mark.parametrize("address, problem", [
     ("no-at-sign", "name@domain"), ("a b@example.com", "character"), ("a@localhost", "host name"),
     ("a@-bad-.example", "host name"), ("x" * 65 + "@example.com", "character"),
+    ("a\u2028b@example.com", "U+2028"), ("ana@vision.example\x85", "U+0085"),
+    ("ana@vision\u2028.example", "U+2028"), ("\tana@vision.example", "U+0009"),
 ])
 def test_bad_addresses_are_refused_with_their_path(session, address, problem):
     from app.core.errors import Invalid

@@ -259,3 +259,30 @@ def test_states_are_enums_with_the_stored_values():
     assert [s.value for s in ChangeState] == ["draft", "submitted", "approved", "rejected", "withdrawn", "applied"]
     assert [s.value for s in ReleaseState] == ["planned", "applied", "deployed", "rolled_back"]
     assert f"{ChangeState.DRAFT}" == "draft" and ChangeState("applied") == "applied"
+
+
+@pytest.mark.parametrize("char", ["\r", "\n", "\x85", "\u2028", "\u2029", "\x1b", "\x00", "\x7f"])
+def test_a_title_is_one_line_without_control_characters(session, char):
+    seed(session)
+    with pytest.raises(Invalid) as err:
+        changes.create_change(session=session, actor="olga", title=f"six{char}GPUs", justification="why")
+    assert [e.path for e in err.value.errors] == ["title"] and f"U+{ord(char):04X}" in err.value.errors[0].message
+
+
+def test_prose_keeps_its_lines_and_refuses_other_control_characters(session):
+    v1 = seed(session)
+    change = changes.create_change(session=session, actor="olga", title="t", justification="why:\r\n\tQ4 demand")
+    assert change.justification == "why:\r\n\tQ4 demand"
+    for char in ("\x85", "\u2028", "\x1b", "\x00", "\r"):  # a CR only before LF
+        with pytest.raises(Invalid) as err:
+            changes.create_change(session=session, actor="olga", title="t", justification=f"why{char}=cmd")
+        assert [e.path for e in err.value.errors] == ["justification"]
+        with pytest.raises(Invalid) as err:
+            changes.add_comment(session=session, change_id=change.id, actor="vic", body=f"ok{char}=cmd")
+        assert [e.path for e in err.value.errors] == ["body"]
+    submitted = draft(session, v1)
+    changes.submit(session=session, change_id=submitted.id, actor="olga")
+    with pytest.raises(Invalid) as err:
+        changes.approve(session=session, change_id=submitted.id, actor="rita", comment="fine\u2028=cmd")
+    assert [e.path for e in err.value.errors] == ["comment"] and submitted.state == ChangeState.SUBMITTED
+    assert changes.add_comment(session=session, change_id=change.id, actor="vic", body="two\nlines").body == "two\nlines"

@@ -203,3 +203,10 @@ def test_effective_time_cannot_be_in_the_past(session):
     # The current hour is still open: a change may take effect from its start.
     version = releases.apply_release(session=session, release_id=release.id, actor="oscar", effective_from=floor_hour(utcnow()))
     assert version_at(session=session, when=utcnow()).id == version.id
+
+
+@pytest.mark.parametrize("char", ["\r", "\u2028", "\x85", "\x00"])
+def test_a_release_name_with_a_control_character_is_refused_at_its_path(session, char):
+    with pytest.raises(Invalid) as err:
+        new_release(session, name=f"search{char}v2")
+    assert [e.path for e in err.value.errors] == ["name"]

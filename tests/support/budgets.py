@@ -13,6 +13,7 @@ from decimal import Decimal
 from sqlmodel import Session
 
 from app.core.timeutil import floor_hour, utcnow
+from app.policy.document import PolicyDocument
 from tests.support.billing import fill_month, month_hours, store_policy
 
 PER_HOUR = {"search": Decimal("0.78"), "vision": Decimal("1.30"), "etl": Decimal("0.13")}
@@ -25,13 +26,13 @@ def steady(session: Session, months=("2026-09", "2026-10")) -> None:
         fill_month(session, month, version.id)
 
 
-def seed_to_now(session: Session) -> tuple[str, int, int]:
-    """Every hour of last month and of this month before now (pages use the real clock);
-    returns (this month, hours known, hours in the month)."""
+def seed_to_now(session: Session, doc: PolicyDocument | None = None) -> tuple[str, int, int]:
+    """Every hour of last month and of this month before now (pages use the real clock), under `doc` (default: the
+    SPEC example); returns (this month, hours known, hours in the month)."""
     now = floor_hour(utcnow())
     this = f"{now:%Y-%m}"
     last = f"{(now.replace(day=1) - timedelta(days=1)):%Y-%m}"
-    version = store_policy(session, effective_from=now.replace(day=1) - timedelta(days=40))
+    version = store_policy(session, doc, effective_from=now.replace(day=1) - timedelta(days=40))
     fill_month(session, last, version.id)
     hours = month_hours(this)
     known = sum(1 for h in hours if h < now)

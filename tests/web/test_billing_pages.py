@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from app.billing.period import get_period
 from app.core.db import unit_of_work
 from tests.support.billing import add_hour, fill_month, issue_documents, record_gaps, store_policy
-from tests.support.routes import FINANCE, VISION_MEMBER
+from tests.support.routes import FINANCE, VISION_MEMBER, problem
 
 OCT1 = datetime(2026, 10, 1, tzinfo=UTC)
 HTML = {"accept": "text/html"}
@@ -126,6 +126,11 @@ def test_refused_close_keeps_the_input_and_says_why_beside_the_field(api, fresh_
     assert re.search(r'name="accept_gaps" value="true" checked', refused.text)
     too_long = api.post("/billing/2026-10/close", headers=HTML, data={"accept_gaps": "true", "reason": "x" * 2001})
     assert too_long.status_code == 422 and "under 2,000 characters" in too_long.text
+    for reason in ("two hours\u2028=cmd", "two\rhours", "two\x85hours"):
+        odd = api.post("/billing/2026-10/close", headers=HTML, data={"accept_gaps": "true", "reason": reason})
+        assert odd.status_code == 422 and 'id="reason-error"' in odd.text and "line-separator" in odd.text, reason
+    body = problem(api.post("/api/v1/periods/2026-10/close", json={"accept_gaps": True, "reason": "gap\u2029ok"}), 422)
+    assert [e["path"] for e in body["errors"]] == ["reason"]
     refused = api.post("/billing/2026-10/close", headers=HTML, data={"reason": "kept text"})
     assert refused.status_code == 409 and 'id="accept_gaps-error"' in refused.text
     assert 'value="kept text"' in refused.text and "1 hour the source could not answer" in refused.text

@@ -33,6 +33,19 @@ async def test_finance_edits_contacts_and_sees_errors_beside_the_field(client, s
     assert contacts_of(session=session, tenant="vision") == ["ana@vision.example", "bo@vision.example"]
 
 
+async def test_a_textarea_s_crlf_lines_save_and_a_line_separator_is_refused_readably(client, session):
+    store_policy(session)
+    token = sign_in(client, session, make_user(session, "fin", "finance"))
+    saved = await client.post("/admin/contacts/vision", data={"emails": "ana@vision.example\r\nbo@vision.example\r\n",
+                                                              "csrf_token": token})
+    assert saved.status_code == 303
+    assert contacts_of(session=session, tenant="vision") == ["ana@vision.example", "bo@vision.example"]
+    bad = await client.post("/admin/contacts/vision", data={"emails": "ana@vision.example\u2028cy@vision.example",
+                                                            "csrf_token": token})
+    assert bad.status_code == 422 and "U+2028" in bad.text and 'aria-invalid="true"' in bad.text
+    assert contacts_of(session=session, tenant="vision") == ["ana@vision.example", "bo@vision.example"]
+
+
 async def test_a_skipped_send_is_listed_and_retry_now_queues_it(client, session):
     store_policy(session)
     token = sign_in(client, session, make_user(session, "root", "admin"))
