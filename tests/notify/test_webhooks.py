@@ -205,7 +205,8 @@ def test_a_receiver_that_is_down_is_retried_and_the_round_leaves_it_alone(fresh_
     rows = list(deliveries(fresh_engine).values())
     tried = [r for r in rows if r.attempts]
     # One refused connection: the other deliveries to that receiver wait for the next round, not counted.
-    assert len(tried) == 1 and "ConnectionRefusedError" in tried[0].last_error
+    # The reason is the same whether the port refused or dropped the connection: no port scanner.
+    assert len(tried) == 1 and tried[0].last_error == "could not connect"
     assert {r.status for r in rows if not r.attempts} == {"pending"}
 
 
