@@ -126,3 +126,13 @@ def test_https_to_a_pinned_address_keeps_the_name_for_sni_and_the_certificate(tm
                      deadline_s=5, allow=AllowList.parse("hooks.example"), ca_file=str(cert),
                      resolver=lambda host, port: ["127.0.0.1"])
         assert wrong.status is None and "CERTIFICATE_VERIFY_FAILED" in wrong.error
+
+
+def test_a_receiver_repeating_a_configured_secret_has_it_masked(fresh_engine, tmp_path):
+    with webhook_receiver(tmp_path / "rx", plan={"/echo": ["say:500:relay said smtp-pw-5 and oidc-cs-77"]}) as rx:
+        _, secret = subscribe(fresh_engine, rx.url("/echo"))
+        corrections(fresh_engine, 1)
+        webhook_task(fresh_engine, settings=FAST.model_copy(update={"smtp_password": "smtp-pw-5",
+                                                                    "oidc_client_secret": "oidc-cs-77"}))
+        [row], [attempt] = _rows(fresh_engine)
+        assert attempt.status_code == 500 and attempt.response == "relay said *** and ***" and rx.requests()
