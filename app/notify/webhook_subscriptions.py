@@ -40,7 +40,11 @@ def check_url(raw: str, *, settings: Settings) -> tuple[str | None, str | None]:
         return None, f"at most {MAX_URL} characters"
     if any(c.isspace() or ord(c) < 32 for c in url):
         return None, "a URL has no spaces or control characters"
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.hostname  # noqa: B018  (raises for a bracketed host that is not an IPv6 address)
+    except ValueError as exc:
+        return None, f"not a URL: {exc}"
     plain_ok = settings.webhook_allow_http or settings.environment == "development"
     if parts.scheme not in ("https", "http") or (parts.scheme == "http" and not plain_ok):
         return None, ("must be an https:// URL" + ("" if plain_ok else

@@ -313,7 +313,7 @@ def test_two_workers_at_once_deliver_each_event_once(fresh_engine, tmp_path):
 @pytest.mark.parametrize("url, problem", [
     ("ftp://erp.example/hook", "https://"), ("https://", "no host"), ("https://user:pw@erp.example/", "credentials"),
     ("https://erp.example/hook#x", "fragment"), ("https://erp.example:99999/", "port"), ("", "required"),
-    ("https://erp.example/a b", "spaces"),
+    ("https://erp.example/a b", "spaces"), ("https://[::1/", "not a URL"), ("https://[zz]/", "not a URL"),
 ])
 def test_bad_urls_are_refused_at_their_path(session, url, problem):
     with pytest.raises(Invalid) as caught:
