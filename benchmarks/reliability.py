@@ -24,6 +24,10 @@ PostgreSQL from CHARGEBACK_TEST_PG_URL) and each printed as counts:
      human-text input (reasons, titles, comments, descriptions, contacts, a department in a policy
      draft) sent control and line-separator characters (accepted, 5xx); every member of every subset of
      tenants asking every aggregate, API and CSV (rows, totals or forecasts over a tenant it cannot see).
+  6. SSRF: receiver URLs an attacker tries (loopback, metadata, private, CGNAT, non-canonical numbers,
+     IPv4-mapped, ...) through the API and the page of a uvicorn with no allow-list; deliveries to a
+     loopback service whose permission was withdrawn; `chargeback doctor --json` against a
+     Prometheus echoing the bearer token: requests tried, wrong grants, leaks, 5xx.
 """
 
 from __future__ import annotations
@@ -720,6 +724,102 @@ def hostile_text_and_scoping(work: Path) -> dict:
         server.stop()
         engine.dispose()
     return {**dict(out), "status_classes": dict(sorted(statuses.items())), "accepted": accepted}
+# ---- 6. SSRF and secrets (issue 25 items 1 and 6) ------------------------------------------------
+
+
+def ssrf_and_secrets(work: Path) -> dict:
+    """Receiver URLs an attacker would try (API and page, no allow-list), deliveries to a subscription whose
+    permission was withdrawn, and a Prometheus that echoes the credentials it is sent, read by the doctor."""
+    import json
+
+    from app.core.db import make_engine, unit_of_work
+    from app.core.migrate import upgrade
+    from app.core.settings import Settings
+    from app.notify.webhook_deliver import webhook_task
+    from app.notify.webhook_models import WebhookAttempt
+    from app.notify.webhook_subscriptions import create_subscription
+    from tests.support.echoing import EchoingProxy
+    from tests.support.webhooks import TEST_WEBHOOK_ALLOW, webhook_receiver
+
+    url = f"sqlite:///{work / 'ssrf.db'}"
+    upgrade(url)
+    tokens = seed_users(url, [("root", "admin")])
+    out: Counter = Counter()
+    with webhook_receiver(work / "internal", plan={"*": ["say:200:INTERNAL-ONLY admin console, db=prod"]}) as rx:
+        p = rx.port
+        attempts = [f"http://127.0.0.1:{p}/internal", f"http://localhost:{p}/", f"http://[::1]:{p}/",
+                    f"http://0x7f000001:{p}/", f"http://2130706433:{p}/", f"http://0177.0.0.1:{p}/",
+                    f"http://127.1:{p}/", f"http://[::ffff:127.0.0.1]:{p}/", f"http://127.0.0.1.:{p}/",
+                    f"http://0.0.0.0:{p}/", f"http://[::]:{p}/", "http://169.254.169.254/latest/meta-data/",
+                    "http://[fd00:ec2::254]/", "http://[::ffff:169.254.169.254]/", "http://10.0.0.1/",
+                    "http://172.16.0.1/", "http://192.168.1.1/", "http://100.64.0.1/", "http://[fc00::1]/",
+                    "http://[fe80::1]/", "http://224.0.0.1/", "http://240.0.0.1/", "http://[64:ff9b::7f00:1]/",
+                    "http://[2002:7f00:1::1]/", f"http://user:pw@127.0.0.1:{p}/", "http://nowhere.invalid/"]
+        # A server with no allow-list: what production without CHARGEBACK_WEBHOOK_ALLOW does.
+        env_allow = os.environ.pop("CHARGEBACK_WEBHOOK_ALLOW", None)
+        try:
+            server = Server(url, work)
+            api = httpx.Client(base_url=server.base, timeout=60, headers={"Authorization": f"Bearer {tokens['root']}"})
+            page, _ = sign_in(server.base, "root")
+            csrf = csrf_of(page.get("/admin/webhooks").text)
+            for target in attempts:
+                a = api.post("/api/v1/webhooks", json={"url": target, "event_types": ["correction.created"]})
+                b = page.post("/admin/webhooks", data={"url": target, "event_types": ["correction.created"],
+                                                       "csrf_token": csrf})
+                for answer in (a, b):
+                    out["subscribe requests tried"] += 1
+                    out[f"subscribe answered {answer.status_code}"] += 1
+                    out["wrong grants (subscription saved)"] += answer.status_code in (200, 201)
+                    out["5xx"] += answer.status_code >= 500
+            out["subscriptions saved"] = len(api.get("/api/v1/webhooks").json()["items"])
+            server.stop()
+        finally:
+            if env_allow is not None:
+                os.environ["CHARGEBACK_WEBHOOK_ALLOW"] = env_allow
+        # Deliveries: subscribed while the operator permitted loopback, then permission withdrawn.
+        engine = make_engine(url)
+        allowed = Settings(database_url=url, webhook_allow=TEST_WEBHOOK_ALLOW)
+        with unit_of_work(engine) as s:
+            create_subscription(session=s, actor="root", url=rx.url("/internal"), event_types=["correction.created"],
+                                settings=allowed)
+            from app.core.events import emit
+
+            for i in range(20):
+                emit(session=s, type="correction.created", tenant="t", payload={
+                    "period": "2026-11", "line_id": f"2026-11/t/pool/correction/{i + 1}", "corrects": "x",
+                    "corrected_period": "2026-10", "account": "t", "pool": "pool", "amount": "-1.00",
+                    "currency": "USD", "reason": "bench", "created_by": "fin"})
+        for _ in range(3):
+            webhook_task(engine, settings=Settings(database_url=url, webhook_allow="", webhook_deadline_s=2))
+        from sqlmodel import Session, select
+
+        with Session(engine) as s:
+            tried = list(s.exec(select(WebhookAttempt)))
+        out["deliveries tried without permission"] = len(tried)
+        out["requests reaching the internal service"] = len(rx.requests())
+        out["answers of it kept (leaks)"] = sum(1 for t in tried if t.response)
+        engine.dispose()
+    # The doctor against a Prometheus that echoes the bearer token, each shape, as `chargeback doctor --json`.
+    token = "bench-token-5b7f0c2a9e"
+    with EchoingProxy() as proxy:
+        for shape in ("500", "400", "status", "warning", "not-json"):
+            proxy.shape = shape
+            env = {k: v for k, v in os.environ.items() if k != "CHARGEBACK_PROMETHEUS_URL"}
+            env |= {"CHARGEBACK_DATABASE_URL": url, "PYTHONPATH": str(ROOT), "CHARGEBACK_PROMETHEUS_TIMEOUT_S": "5",
+                    "CHARGEBACK_CLUSTERS": json.dumps([{"name": "east", "url": proxy.url, "bearer_token": token}])}
+            run = subprocess.run([sys.executable, "-c", "from app.cli import app; app()", "doctor", "--json"],
+                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+            out["doctor runs against an echoing Prometheus"] += 1
+            out["token shown (leaks)"] += token in run.stdout + run.stderr
+            out["doctor crashed (Traceback)"] += "Traceback" in run.stderr
+            out["doctor reports with the echo shown masked (***)"] += "***" in run.stdout
+        out["requests the echoing Prometheus answered"] = proxy.requests
+        bad = subprocess.run([sys.executable, "-c", "from app.cli import app; app()", "doctor", "--url",
+                              f"http://svc:{token}@127.0.0.1:1"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT),
+                             "CHARGEBACK_DATABASE_URL": url}, capture_output=True, text=True, timeout=120)
+        out["credentials in --url refused"] = int(bad.returncode == 2)
+        out["token shown (leaks)"] += token in bad.stdout + bad.stderr
+    return dict(sorted(out.items()))
 
 
 def main() -> None:
@@ -727,7 +827,7 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=8, help="kill -9 trials per scenario")
     parser.add_argument("--flood", type=int, default=640, help="mixed requests in the request flood")
     parser.add_argument("--skip-postgres", action="store_true")
-    parser.add_argument("--only", default="12345t", help="scenarios to run, e.g. 12 (2 needs 1's database)")
+    parser.add_argument("--only", default="123456t", help="scenarios to run, e.g. 12 (2 needs 1's database)")
     parser.add_argument("--ingest-kills", type=int, default=None, help="kill -9 trials of scenario 1 (default --kills)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="chargeback-reliability-"))
@@ -747,6 +847,8 @@ def main() -> None:
             results["5. floods (SQLite, one uvicorn)"] = floods(work, args.flood)
         if "t" in only:
             results["t. hostile text and tenant scoping (SQLite, one uvicorn)"] = hostile_text_and_scoping(work)
+        if "6" in only:
+            results["6. SSRF attempts and echoed secrets (SQLite, one uvicorn)"] = ssrf_and_secrets(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for name, counts in results.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +19,12 @@ from tests.support.databases import (
     new_sqlite_database,
 )
 from tests.support.markers import MARKING_FIXTURES
+from tests.support.webhooks import TEST_WEBHOOK_ALLOW
+
+# Webhook receivers in tests listen on loopback, and URLs that are only saved use made-up names: the operator's
+# allow-list permits them (read by every Settings, and by the servers and workers tests start). Tests of the
+# outbound policy itself give their own (empty) list.
+os.environ["CHARGEBACK_WEBHOOK_ALLOW"] = TEST_WEBHOOK_ALLOW
 
 # The route harness and the scenario's Prometheus, for every directory.
 pytest_plugins = ["tests.support.routes", "tests.support.ingest", "tests.support.oidc"]

@@ -14,12 +14,26 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 DEFAULT_CLUSTER = "default"
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
 _NAME = re.compile(NAME_PATTERN)
+
+
+CREDENTIALS_IN_URL = ("must not hold credentials (user:password@host): give them in the auth fields, "
+                      "username with password_file (or password), or bearer_token_file (or bearer_token)")
+
+
+def has_credentials(url: str) -> bool:
+    """True for a URL with a user or password before its host (`http://svc:SECRET@prometheus:9090`)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "@" in url
+    return parts.username is not None or parts.password is not None or "@" in parts.netloc
 
 
 class ClusterConfigError(Exception):
@@ -61,6 +75,8 @@ class ClusterConfig(BaseModel):
     def _consistent(self) -> ClusterConfig:
         if self.url is not None and not re.match(r"^https?://[^/\s]+", self.url):
             raise ValueError("url must be an http:// or https:// URL")
+        if self.url is not None and has_credentials(self.url):
+            raise ValueError(f"url {CREDENTIALS_IN_URL}")
         if self.url is None and self._has_access():
             raise ValueError("auth and TLS options need a url (a cluster without one is the simulator)")
         if self.url is not None and self.simulator is not None:
@@ -170,19 +186,18 @@ def load_clusters(*, inline: str, file: str | None, prometheus_url: str | None, 
             source = "CHARGEBACK_CLUSTERS"
             data = _parse_text(inline, source, yaml_ok=False)
         return parse_clusters(data, source=source)
+    if prometheus_url and has_credentials(prometheus_url):
+        raise ClusterConfigError(f"CHARGEBACK_PROMETHEUS_URL {CREDENTIALS_IN_URL} of the cluster in "
+                                 f"CHARGEBACK_CLUSTERS (e.g. [{{\"name\": \"{DEFAULT_CLUSTER}\", \"url\": ..., "
+                                 "\"username\": ..., \"password_file\": ...}])")
     simulator = None if prometheus_url else SimulatorCluster(seed=simulator_seed, gpus=simulator_gpus)
     try:
         return [ClusterConfig(name=DEFAULT_CLUSTER, url=prometheus_url, simulator=simulator)]
     except ValidationError as exc:
-        shown = "" if prometheus_url is None else f" (got {_without_credentials(prometheus_url)!r})"
+        shown = "" if prometheus_url is None else f" (got {prometheus_url!r})"  # credentials were refused above
         raise ClusterConfigError(_errors_text(exc, "CHARGEBACK_PROMETHEUS_URL").replace(
             "CHARGEBACK_PROMETHEUS_URL.url", "CHARGEBACK_PROMETHEUS_URL") + shown
             + ", e.g. http://prometheus:9090 (the server's root, without /api/v1)") from None
-
-
-def _without_credentials(url: str) -> str:
-    """`url` with any user:password@ taken out (shown in errors)."""
-    return re.sub(r"(?<=//)[^/@]*@", "", url)
 
 
 def _parse_text(text: str, source: str, *, yaml_ok: bool) -> object:

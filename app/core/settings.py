@@ -11,6 +11,7 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.core.clusters import ClusterConfig, load_clusters
+from app.core.outbound import AllowList
 
 DEV_SECRET = "development-only-secret-change-me"
 # Values copied from samples (docker-compose.yml's fallback among them) sign nothing an attacker cannot forge.
@@ -111,6 +112,19 @@ class Settings(BaseSettings):
     webhook_secret_overlap_hours: float = Field(default=24.0, ge=0)  # after a rotation the old secret signs too
     webhook_allow_http: bool = False  # plain http:// receivers outside development (a trusted network only)
     webhook_ca_file: str | None = None  # CA bundle for receivers' certificates (a private CA); unset: the system's
+    # Receivers on non-public addresses (loopback, private, link-local, CGNAT, ...; app/core/outbound.py) the
+    # operator permits: comma-separated CIDRs and host names. Empty: public receivers only.
+    webhook_allow: str = ""
+
+    def webhook_allow_list(self) -> AllowList:
+        """CHARGEBACK_WEBHOOK_ALLOW parsed (checked at start by a validator)."""
+        return AllowList.parse(self.webhook_allow)
+
+    @field_validator("webhook_allow")
+    @classmethod
+    def _allow_list_parses(cls, value: str) -> str:
+        AllowList.parse(value)  # raises, naming the entry, for one that is neither a CIDR nor a host name
+        return value
 
     @property
     def finance_addresses(self) -> list[str]:

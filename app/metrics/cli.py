@@ -185,7 +185,7 @@ def doctor(
 
     from rich.console import Console
 
-    from app.core.clusters import DEFAULT_CLUSTER
+    from app.core.clusters import CREDENTIALS_IN_URL, DEFAULT_CLUSTER, has_credentials
     from app.core.settings import get_settings
     from app.core.timeutil import epoch, utcnow
     from app.metrics import doctor as doc
@@ -195,6 +195,9 @@ def doctor(
     settings = get_settings()
     names = _clusters(settings, cluster) if cluster else None
     if url:
+        if has_credentials(url):
+            raise typer.BadParameter(f"{CREDENTIALS_IN_URL}: name the cluster in CHARGEBACK_CLUSTERS with them and "
+                                     "run the doctor with --cluster", param_hint="--url")
         if names and len(names) > 1:
             raise typer.BadParameter("--url checks one Prometheus: give at most one --cluster", param_hint="--cluster")
         name = names[0] if names else (DEFAULT_CLUSTER if DEFAULT_CLUSTER in settings.cluster_names()

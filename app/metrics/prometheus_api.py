@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import requests
@@ -26,15 +27,28 @@ from requests.auth import AuthBase, HTTPBasicAuth
 
 from app.core.clusters import ClusterConfig
 from app.core.errors import Invalid, Unavailable
+from app.core.masking import basic_auth_forms, cluster_secrets, mask
 
 # No count, activity sum, energy counter (mJ since boot) or request counter comes near this.
 MAX_VALUE = 1e18
 READ_PIECE = 1 << 16
 
 
+def secrets_of(session: requests.Session, auth=None) -> list[str]:
+    """The credentials a session (or an explicit auth) sends: what an answer must never be shown with."""
+    out: list[str] = []
+    for a in (session.auth, auth):
+        if isinstance(a, _Bearer | _Basic):
+            out += cluster_secrets(a.access)
+        elif isinstance(a, HTTPBasicAuth):
+            out += [str(a.password), *basic_auth_forms(str(a.username), str(a.password))]
+    return out
+
+
 def get_body(session: requests.Session, url: str, params: dict | list, *, timeout_s: float, deadline_s: float,
              headers: dict | None = None, auth=None, max_bytes: int | None = None) -> bytes:
-    """GET `url` and return the whole body, or raise `Unavailable` (no answer, 5xx, past the deadline, too large)."""
+    """GET `url` and return the whole body, or raise `Unavailable` (no answer, 5xx, past the deadline, too large);
+    an excerpt of the answer in the error has the session's credentials masked."""
     began = time.monotonic()
     cutoff = began + deadline_s
     try:
@@ -63,23 +77,25 @@ def get_body(session: requests.Session, url: str, params: dict | list, *, timeou
             raise Unavailable(f"{_base(url)} broke off its answer: {type(exc).__name__}") from exc
         body = b"".join(pieces)
     if response.status_code >= 500:
-        raise Unavailable(f"{_base(url)} failed: HTTP {response.status_code} {_excerpt(body)}")
+        raise Unavailable(f"{_base(url)} failed: HTTP {response.status_code} "
+                          f"{_excerpt(body, secrets_of(session, auth))}")
     if response.status_code != 200:
-        raise Invalid(_rejected(url, response.status_code, body))
+        raise Invalid(_rejected(url, response.status_code, body, secrets_of(session, auth)))
     return body
 
 
-def decode_data(body: bytes, *, source: str):
-    """The `data` of a successful, complete answer; otherwise `Unavailable` with the reason."""
+def decode_data(body: bytes, *, source: str, secrets: Sequence[str] = ()):
+    """The `data` of a successful, complete answer; otherwise `Unavailable` with the reason (`secrets` masked in
+    whatever of the answer it quotes)."""
     try:
         answer = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise Unavailable(f"{source} sent an answer that is not JSON: {_excerpt(body)}") from exc
+        raise Unavailable(f"{source} sent an answer that is not JSON: {_excerpt(body, secrets)}") from exc
     if not isinstance(answer, dict):
         raise Unavailable(f"{source} sent a malformed answer: not a JSON object")
     if answer.get("status") != "success":
-        raise Unavailable(f"{source} answered status {answer.get('status')!r}: "
-                          f"{answer.get('errorType', '')} {answer.get('error', '')}".rstrip())
+        said = mask(f"{answer.get('errorType', '')} {answer.get('error', '')}".rstrip(), secrets)  # masked, then cut
+        raise Unavailable(f"{source} answered status {mask(str(answer.get('status')), secrets)[:40]!r}: {said[:500]}")
     warnings = answer.get("warnings") or []
     if not isinstance(warnings, list):
         warnings = [warnings]
@@ -87,14 +103,14 @@ def decode_data(body: bytes, *, source: str):
     # (Thanos/Mimir: a store or ingester did not answer) or VictoriaMetrics' isPartial means missing data.
     serious = [str(w) for w in warnings if not str(w).startswith("PromQL info:")]
     if serious or answer.get("isPartial"):
-        reason = "; ".join(serious)[:500] if serious else "isPartial"
+        reason = mask("; ".join(serious), secrets)[:500] if serious else "isPartial"
         raise Unavailable(f"{source} answered a partial response: {reason}")
     return answer.get("data")  # its shape is the caller's to check: a matrix, a vector, a list
 
 
-def decode_matrix(body: bytes, *, source: str) -> list[dict]:
+def decode_matrix(body: bytes, *, source: str, secrets: Sequence[str] = ()) -> list[dict]:
     """The `result` of a successful, complete matrix answer, values checked; otherwise `Unavailable` with the reason."""
-    data = decode_data(body, source=source)
+    data = decode_data(body, source=source, secrets=secrets)
     if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
         raise Unavailable(f"{source} sent a malformed answer: data.result is not a matrix")
     result = data["result"]
@@ -112,13 +128,13 @@ def decode_matrix(body: bytes, *, source: str) -> list[dict]:
     # Few distinct value strings in an answer (counts, percentages): each is checked once.
     for text in texts:
         if type(text) is not str:
-            raise Unavailable(f"{source} sent a malformed answer: value {str(text)[:40]!r} is not a quoted number")
+            raise Unavailable(f"{source} sent a malformed answer: value {mask(str(text), secrets)[:40]!r} is not a quoted number")
         try:
             value = float(text)
         except ValueError:
-            raise Unavailable(f"{source} sent a malformed answer: value {text[:40]!r} is not a number") from None
+            raise Unavailable(f"{source} sent a malformed answer: value {mask(text, secrets)[:40]!r} is not a number") from None
         if not (math.isfinite(value) and 0 <= value <= MAX_VALUE):
-            raise Unavailable(f"{source} sent an impossible value {text[:40]!r} (NaN, infinite, negative or huge)")
+            raise Unavailable(f"{source} sent an impossible value {mask(text, secrets)[:40]!r} (NaN, infinite, negative or huge)")
     return result
 
 
@@ -177,7 +193,7 @@ class PromReader:
         with configure_session(requests.Session(), self.access) as session:
             body = get_body(session, base + path, params, timeout_s=self.timeout_s, deadline_s=self.timeout_s,
                             max_bytes=MAX_INSTANT_BYTES)
-        return decode_data(body, source=f"Prometheus at {base}")
+        return decode_data(body, source=f"Prometheus at {base}", secrets=cluster_secrets(self.access))
 
     def query(self, expr: str, at: float) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
         """An instant query: (labels, samples) per series; a vector gives one sample, a range vector its raw samples."""
@@ -238,16 +254,16 @@ def _base(url: str) -> str:
     return url.rsplit("/api/v1/", 1)[0]
 
 
-def _rejected(url: str, status: int, body: bytes) -> str:
+def _rejected(url: str, status: int, body: bytes, secrets: Sequence[str]) -> str:
     """A 4xx in one line: what was asked, what came back, and the likely fix."""
     asked = url.split("?", 1)[0]
     hint = ""
     if _base(url).rstrip("/").endswith(("/api/v1", "/api")):
         hint = "; the URL is the server's root, without /api/v1 (e.g. http://prometheus:9090)"
-    return f"{_base(url)} rejected a query (asked {asked}, got HTTP {status}: {_answer_kind(body)}){hint}"
+    return f"{_base(url)} rejected a query (asked {asked}, got HTTP {status}: {_answer_kind(body, secrets)}){hint}"
 
 
-def _answer_kind(body: bytes) -> str:
+def _answer_kind(body: bytes, secrets: Sequence[str]) -> str:
     """What a rejecting server sent: the Prometheus API's own error, or what it is instead."""
     text = body.strip()
     if not text:
@@ -257,11 +273,12 @@ def _answer_kind(body: bytes) -> str:
     try:
         answer = json.loads(text)
     except (ValueError, UnicodeDecodeError):
-        return f"'{_excerpt(text)}', not the Prometheus API"
+        return f"'{_excerpt(text, secrets)}', not the Prometheus API"
     if isinstance(answer, dict) and answer.get("status") == "error" and answer.get("error"):
-        return f"{answer.get('errorType') or 'error'}: {answer['error']}"
-    return f"a JSON answer that is not the Prometheus API's: {_excerpt(text)}"
+        return mask(f"{answer.get('errorType') or 'error'}: {answer['error']}", secrets)[:500]
+    return f"a JSON answer that is not the Prometheus API's: {_excerpt(text, secrets)}"
 
 
-def _excerpt(body: bytes) -> str:
-    return body[:200].decode("utf-8", "replace").replace("\n", " ")
+def _excerpt(body: bytes, secrets: Sequence[str]) -> str:
+    """The answer's first bytes, secrets masked (before cutting, so no secret is cut in half and shown in part)."""
+    return mask(body[:2000].decode("utf-8", "replace"), secrets)[:200].replace("\n", " ")

@@ -37,6 +37,7 @@ from urllib3.util.retry import Retry
 
 from app.core.clusters import ClusterConfig
 from app.core.errors import Invalid, Unavailable
+from app.core.masking import cluster_secrets, mask
 from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S
 from app.core.timeutil import SECONDS_PER_MINUTE as MINUTE_S
 from app.core.timeutil import epoch
@@ -147,8 +148,9 @@ class PrometheusSource:
                     try:
                         more = handle(result) or []
                     except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
+                        said = mask(str(exc), cluster_secrets(self.access))[:200]
                         raise Unavailable(f"Prometheus at {self.url} sent an answer that cannot be read "
-                                          f"({type(exc).__name__}: {exc}) for {query[:120]}") from exc
+                                          f"({type(exc).__name__}: {said}) for {query[:120]}") from exc
                     plan += more
                     futures += [http.submit(self._get, q, a, b, st) for q, a, b, st, _ in more]
             finally:
@@ -320,7 +322,7 @@ class PrometheusSource:
 
     def _decode(self, body: bytes) -> list[dict]:
         """The answer's series, or `Unavailable` when it is not a complete, well-formed matrix."""
-        return decode_matrix(body, source=f"Prometheus at {self.url}")
+        return decode_matrix(body, source=f"Prometheus at {self.url}", secrets=cluster_secrets(self.access))
 
 
 def _count(value: str) -> int:

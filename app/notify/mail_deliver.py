@@ -25,6 +25,7 @@ from sqlmodel import Session, select
 
 from app.core.db import unit_of_work
 from app.core.errors import Conflict, NotFound
+from app.core.masking import configured_secrets, mask
 from app.core.settings import Settings, get_settings
 from app.core.timeutil import utcnow
 from app.notify.mail_compose import compose
@@ -136,6 +137,7 @@ def deliver_due(*, engine: Engine, settings: Settings, clock: Callable[[], datet
                 limit: int = 200) -> list[MailSend]:
     """Send due rows one by one (at most `limit`); each outcome is committed before the next."""
     done = []
+    secrets = configured_secrets(settings)  # a relay may repeat the AUTH line (base64 of the password) in its reply
     for _ in range(limit):
         claimed = claim_next(engine=engine, settings=settings, clock=clock)
         if claimed is None:
@@ -145,13 +147,14 @@ def deliver_due(*, engine: Engine, settings: Settings, clock: Callable[[], datet
         try:
             refused = send_smtp(settings=settings, message=message)
             if refused:  # the others got it: sent, with the refusals kept beside it
-                note = "refused: " + "; ".join(f"{r}: {c} {_text(m)}" for r, (c, m) in sorted(refused.items()))
+                note = mask("refused: " + "; ".join(f"{r}: {c} {_text(m)}" for r, (c, m) in sorted(refused.items())),
+                            secrets)
         except (smtplib.SMTPException, OSError) as exc:
-            error = smtp_reason(exc)
+            error = mask(smtp_reason(exc), secrets)
             log.warning("mail %s not sent: %s", row_id, error)
         except Exception as exc:  # anything else: recorded and retried like a refusal, never left claimed
-            error = smtp_reason(exc)
-            log.exception("mail %s not sent", row_id)
+            error = mask(smtp_reason(exc), secrets)
+            log.warning("mail %s not sent: %s", row_id, error)
         done.append(_mark(engine=engine, row_id=row_id, now=clock(), error=error, note=note))
     return done
 

@@ -24,7 +24,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy import update
@@ -34,6 +34,7 @@ from sqlmodel import Session, select
 from app.core.db import unit_of_work
 from app.core.errors import Conflict, NotFound
 from app.core.events import EVENT_TYPES, Event
+from app.core.masking import configured_secrets, mask
 from app.core.settings import Settings, get_settings
 from app.core.timeutil import aware, utcnow
 from app.notify.outbox import Backoff, claim_first, due, try_plan_lock, unplanned_events, write_lock
@@ -54,7 +55,7 @@ PLAN_LOCK = 0x43420019
 # Standard Webhooks' example schedule: the delay before attempt 2, 3, ... (attempt 1 is immediate).
 SCHEDULE = (timedelta(seconds=5), timedelta(minutes=5), timedelta(minutes=30), timedelta(hours=2), timedelta(hours=5),
             timedelta(hours=10), timedelta(hours=14), timedelta(hours=20), timedelta(hours=24))
-RESPONSE_CHARS = 1000  # of the receiver's answer, kept with each attempt
+RESPONSE_CHARS = 256  # of the receiver's answer, kept with each attempt (an excerpt)
 RETRYABLE = (DeliveryStatus.PENDING, DeliveryStatus.FAILED)
 
 
@@ -153,11 +154,15 @@ def claim_next(*, engine: Engine, settings: Settings, clock: Callable[[], dateti
 
 
 def send(claimed: Claimed, *, settings: Settings) -> Outcome:
-    """POST the claimed delivery, signed now (the timestamp is the attempt's, as receivers check it)."""
+    """POST the claimed delivery, signed now (the timestamp is the attempt's, as receivers check it), if the
+    outbound policy permits its host now; the answer's excerpt and the error come back with every secret masked."""
     signed = headers(list(claimed.secrets), msg_id=claimed.event_id, timestamp=int(time.time()), body=claimed.body)
-    return post(claimed.url, claimed.body, signed, connect_timeout_s=settings.webhook_connect_timeout_s,
-                read_timeout_s=settings.webhook_read_timeout_s, deadline_s=settings.webhook_deadline_s,
-                ca_file=settings.webhook_ca_file)
+    outcome = post(claimed.url, claimed.body, signed, connect_timeout_s=settings.webhook_connect_timeout_s,
+                   read_timeout_s=settings.webhook_read_timeout_s, deadline_s=settings.webhook_deadline_s,
+                   allow=settings.webhook_allow_list(), ca_file=settings.webhook_ca_file)
+    secrets = [*claimed.secrets, *configured_secrets(settings)]
+    return replace(outcome, response=mask(outcome.response, secrets),
+                   error=None if outcome.error is None else mask(outcome.error, secrets))
 
 
 def record_outcome(*, engine: Engine, settings: Settings, claimed: Claimed, outcome: Outcome,

@@ -18,9 +18,12 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit
 
+from app.core.outbound import AllowList, Refused, Resolver, Target, check_host
 from app.core.timeutil import utcnow
 
-SNIPPET_BYTES = 1024  # of the answer's body, kept with the attempt
+SNIPPET_BYTES = 256  # of the answer's body, kept with the attempt: an excerpt, never a document
+REFUSED = "refused by the outbound URL policy"
+COULD_NOT_CONNECT = "could not connect"
 USER_AGENT = "gpu-chargeback-webhooks/1"
 
 
@@ -31,7 +34,7 @@ class Outcome:
     status: int | None
     duration_ms: int
     error: str | None = None
-    response: str = ""  # the first SNIPPET_BYTES of the body, decoded leniently
+    response: str = ""  # the first SNIPPET_BYTES of the body, decoded leniently (nothing for a refused host)
     retry_after_s: float | None = None  # from an answer's Retry-After (429, 503)
 
     @property
@@ -57,21 +60,73 @@ def clean(text: str) -> str:
     return "".join(c if c in "\n\t" or (ord(c) >= 32 and ord(c) != 127) else f"\\x{ord(c):02x}" for c in text)
 
 
-def _connection(url: str, *, timeout: float, ca_file: str | None) -> tuple[http.client.HTTPConnection, str]:
+MAX_ADDRESSES = 4  # of a name's checked addresses tried in turn (IPv6 and IPv4 of one host, round-robin pairs)
+
+
+class _PinnedHTTP(http.client.HTTPConnection):
+    """Connects to the addresses the outbound policy checked, never to a fresh lookup of the name (no DNS
+    rebinding between the check and the connect); Host, and for https SNI and the certificate check, stay the name."""
+
+    addresses: tuple[str, ...] = ()
+    tcp_connected = False
+
+    def _open(self) -> socket.socket:
+        error: OSError | None = None
+        for address in self.addresses[:MAX_ADDRESSES]:
+            try:
+                sock = socket.create_connection((address, self.port), self.timeout)
+            except OSError as exc:
+                error = exc
+                continue
+            self.tcp_connected = True
+            return sock
+        raise error or OSError("no address")
+
+    def connect(self) -> None:
+        self.sock = self._open()
+
+
+class _PinnedHTTPS(_PinnedHTTP, http.client.HTTPSConnection):
+    def connect(self) -> None:
+        self.sock = self._context.wrap_socket(self._open(), server_hostname=self.host)  # type: ignore[attr-defined]
+
+
+def _connection(url: str, target: Target, *, timeout: float, ca_file: str | None) -> tuple[_PinnedHTTP, str]:
     parts = urlsplit(url)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    conn: _PinnedHTTP
     if parts.scheme == "https":
-        context = ssl.create_default_context(cafile=ca_file)
-        return http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=timeout, context=context), path
-    return http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout), path
+        conn = _PinnedHTTPS(parts.hostname or "", parts.port, timeout=timeout,
+                            context=ssl.create_default_context(cafile=ca_file))
+    else:
+        conn = _PinnedHTTP(parts.hostname or "", parts.port, timeout=timeout)
+    conn.addresses = target.addresses
+    return conn, path
+
+
+def _target(url: str, *, allow: AllowList, resolver: Resolver | None) -> Target:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    target = check_host(parts.hostname or "", port, allow=allow, **({"resolver": resolver} if resolver else {}))
+    assert target is not None  # resolve_allowed: always a target
+    return target
 
 
 def post(url: str, body: bytes, headers: dict[str, str], *, connect_timeout_s: float, read_timeout_s: float,
-         deadline_s: float, ca_file: str | None = None) -> Outcome:
-    """POST `body` to `url`; never raises for anything the network or the receiver does."""
+         deadline_s: float, allow: AllowList, ca_file: str | None = None, resolver: Resolver | None = None) -> Outcome:
+    """POST `body` to `url` if the outbound policy permits its host now; never raises for anything the network,
+    the resolver or the receiver does."""
     began = time.monotonic()
+
+    def elapsed_ms() -> int:
+        return int((time.monotonic() - began) * 1000)
+
+    try:
+        target = _target(url, allow=allow, resolver=resolver)
+    except Refused as exc:  # no connection is made: nothing of that host is learned or kept
+        return Outcome(status=None, duration_ms=elapsed_ms(), error=clean(f"{REFUSED}: {exc}"))
     cut = threading.Event()
-    conn, path = _connection(url, timeout=min(connect_timeout_s, deadline_s), ca_file=ca_file)
+    conn, path = _connection(url, target, timeout=min(connect_timeout_s, deadline_s), ca_file=ca_file)
 
     def watchdog() -> None:
         cut.set()
@@ -86,9 +141,6 @@ def post(url: str, body: bytes, headers: dict[str, str], *, connect_timeout_s: f
     timer.daemon = True
     timer.start()
 
-    def elapsed_ms() -> int:
-        return int((time.monotonic() - began) * 1000)
-
     connected = False
     try:
         conn.connect()
@@ -101,6 +153,8 @@ def post(url: str, body: bytes, headers: dict[str, str], *, connect_timeout_s: f
         return Outcome(status=response.status, duration_ms=elapsed_ms(), response=clean(snippet.decode("utf-8", "replace")),
                        retry_after_s=_retry_after(response.getheader("Retry-After")))
     except Exception as exc:  # every way a receiver can fail us ends as a recorded reason
+        if not conn.tcp_connected:  # refused, filtered, unreachable: one reason, so no port's state is told apart
+            return Outcome(status=None, duration_ms=elapsed_ms(), error=COULD_NOT_CONNECT)
         reason = _reason(exc, cut=cut.is_set(), deadline_s=deadline_s, connected=connected,
                          timeout_s=read_timeout_s if connected else min(connect_timeout_s, deadline_s))
         return Outcome(status=None, duration_ms=elapsed_ms(), error=clean(reason))

@@ -16,6 +16,7 @@ from sqlmodel import Session, select
 from app.core.audit import record
 from app.core.errors import FieldError, Invalid, NotFound
 from app.core.events import EVENT_TYPES
+from app.core.outbound import Refused, check_host
 from app.core.safe_text import text_errors
 from app.core.settings import Settings, get_settings
 from app.core.timeutil import aware, utcnow
@@ -28,7 +29,11 @@ ENTITY = "webhook"
 
 
 def check_url(raw: str, *, settings: Settings) -> tuple[str | None, str | None]:
-    """(the URL as stored, None) or (None, why a receiver cannot be called there)."""
+    """(the URL as stored, None) or (None, why a receiver cannot be called there: its form, or the outbound policy).
+
+    The host is resolved and each of its addresses must be public or permitted by CHARGEBACK_WEBHOOK_ALLOW;
+    a host name on that list is trusted whatever it resolves to, so saving it needs no lookup.
+    """
     url = raw.strip()
     if not url:
         return None, "required"
@@ -36,7 +41,11 @@ def check_url(raw: str, *, settings: Settings) -> tuple[str | None, str | None]:
         return None, f"at most {MAX_URL} characters"
     if any(c.isspace() or ord(c) < 32 for c in url):
         return None, "a URL has no spaces or control characters"
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.hostname  # noqa: B018  (raises for a bracketed host that is not an IPv6 address)
+    except ValueError as exc:
+        return None, f"not a URL: {exc}"
     plain_ok = settings.webhook_allow_http or settings.environment == "development"
     if parts.scheme not in ("https", "http") or (parts.scheme == "http" and not plain_ok):
         return None, ("must be an https:// URL" + ("" if plain_ok else
@@ -48,9 +57,13 @@ def check_url(raw: str, *, settings: Settings) -> tuple[str | None, str | None]:
     if parts.fragment:
         return None, "a URL fragment (#...) is never sent to the receiver"
     try:
-        parts.port  # noqa: B018  (raises for a port that is not a number in range)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         return None, "the port is not a number between 0 and 65535"
+    try:  # the worker checks again at every delivery and connects to the address it checked
+        check_host(parts.hostname, port, allow=settings.webhook_allow_list(), resolve_allowed=False)
+    except Refused as exc:
+        return None, str(exc)
     return url, None
 
 

@@ -100,3 +100,21 @@ def test_the_openapi_document_describes_what_receivers_get(session, session_api)
         assert list(validator.iter_errors({**body, "data": {**body["data"], "surprise": 1}}))  # extra fields refused
     headers = {p["name"] for p in doc["webhooks"]["period.rated"]["post"]["parameters"]}
     assert headers == {"webhook-id", "webhook-timestamp", "webhook-signature"}
+
+
+def test_an_internal_receiver_is_a_422_at_body_url_without_the_allow_list(session, session_api, monkeypatch):
+    from app.core import settings as settings_module
+
+    monkeypatch.setenv("CHARGEBACK_WEBHOOK_ALLOW", "")
+    settings_module.get_settings.cache_clear()
+    try:
+        api = session_api.as_(ADMIN)
+        for url in ("http://127.0.0.1:9090/internal", "https://169.254.169.254/latest/", "https://0x7f000001/"):
+            body = problem(api.post("/api/v1/webhooks", json={**HOOK, "url": url}), 422)
+            assert [e["path"] for e in body["errors"]] == ["body.url"], body
+        assert "loopback" in problem(api.post("/api/v1/webhooks", json={**HOOK, "url": "https://[::1]/"}),
+                                     422)["errors"][0]["message"]
+        assert api.get("/api/v1/webhooks").json()["items"] == []
+    finally:
+        monkeypatch.undo()
+        settings_module.get_settings.cache_clear()

@@ -18,14 +18,15 @@ from app.notify.webhook_models import WebhookAttempt, WebhookDelivery
 from app.notify.webhook_subscriptions import create_subscription
 from tests.support.billing import CLI
 from tests.support.server import ROOT
-from tests.support.webhooks import wait_for, webhook_receiver
+from tests.support.webhooks import TEST_WEBHOOK_ALLOW, wait_for, webhook_receiver
 
 EVENTS = 20
 
 
 def _environment(url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHARGEBACK_")}
-    return env | {"CHARGEBACK_DATABASE_URL": url, "CHARGEBACK_WEBHOOK_DEADLINE_S": "2",
+    return env | {"CHARGEBACK_DATABASE_URL": url, "CHARGEBACK_WEBHOOK_ALLOW": TEST_WEBHOOK_ALLOW,
+                  "CHARGEBACK_WEBHOOK_DEADLINE_S": "2",
                   "CHARGEBACK_WEBHOOK_READ_TIMEOUT_S": "1.5", "CHARGEBACK_WEBHOOK_CONNECT_TIMEOUT_S": "1",
                   "CHARGEBACK_WEBHOOK_CONCURRENCY": "4"}
 

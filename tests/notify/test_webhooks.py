@@ -205,7 +205,8 @@ def test_a_receiver_that_is_down_is_retried_and_the_round_leaves_it_alone(fresh_
     rows = list(deliveries(fresh_engine).values())
     tried = [r for r in rows if r.attempts]
     # One refused connection: the other deliveries to that receiver wait for the next round, not counted.
-    assert len(tried) == 1 and "ConnectionRefusedError" in tried[0].last_error
+    # The reason is the same whether the port refused or dropped the connection: no port scanner.
+    assert len(tried) == 1 and tried[0].last_error == "could not connect"
     assert {r.status for r in rows if not r.attempts} == {"pending"}
 
 
@@ -312,7 +313,7 @@ def test_two_workers_at_once_deliver_each_event_once(fresh_engine, tmp_path):
 @pytest.mark.parametrize("url, problem", [
     ("ftp://erp.example/hook", "https://"), ("https://", "no host"), ("https://user:pw@erp.example/", "credentials"),
     ("https://erp.example/hook#x", "fragment"), ("https://erp.example:99999/", "port"), ("", "required"),
-    ("https://erp.example/a b", "spaces"),
+    ("https://erp.example/a b", "spaces"), ("https://[::1/", "not a URL"), ("https://[zz]/", "not a URL"),
 ])
 def test_bad_urls_are_refused_at_their_path(session, url, problem):
     with pytest.raises(Invalid) as caught:

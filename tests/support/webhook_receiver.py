@@ -13,6 +13,7 @@ one behaviour per request to that path, the last one repeating. Behaviours:
 - "drip": send a status line a byte every 0.3 s, forever
 - "garbage": answer bytes that are not HTTP, then close
 - "sleep:S": wait S seconds, then 200
+- "say:STATUS:TEXT": that status with TEXT as the body; "redirect:URL": 302 to URL
 - "until:NAME:STATUS": record, wait until the file DIR/NAME exists (the test says when), then answer STATUS
 """
 
@@ -93,6 +94,16 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         status, _, extra = behaviour.partition(":")
+        reply = None
+        if status == "say":  # say:STATUS:TEXT answers TEXT as the body (what an internal service would show)
+            status, _, text = extra.partition(":")
+            reply, extra = text.encode(), ""
+        if status == "redirect":  # redirect:URL answers 302 to URL
+            self.send_response(302)
+            self.send_header("Location", extra)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if status == "until":
             name, _, status = extra.partition(":")
             extra = ""
@@ -101,7 +112,7 @@ class Handler(BaseHTTPRequestHandler):
         if status == "sleep":
             time.sleep(float(extra))
             status, extra = "200", ""
-        reply = json.dumps({"received": True, "status": int(status)}).encode()
+        reply = reply if reply is not None else json.dumps({"received": True, "status": int(status)}).encode()
         self.send_response(int(status))
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(reply)))

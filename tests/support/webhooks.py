@@ -15,6 +15,9 @@ from typing import Any
 
 from tests.support.server import free_port, peer_process
 
+# The operator's allow-list tests run with (tests/conftest.py): receivers on loopback, made-up names only saved.
+TEST_WEBHOOK_ALLOW = "127.0.0.0/8,::1/128,localhost,erp.example,erp.example.com,ledger.example,erp.internal"
+
 
 @dataclass
 class Request:

@@ -36,6 +36,23 @@ async def test_an_admin_creates_a_webhook_and_sees_the_secret_once(client, sessi
     assert rotated.status_code == 200 and f'value="{sub.secret}"' in rotated.text and sub.previous_secret
 
 
+async def test_an_internal_receiver_is_a_form_error_without_the_allow_list(client, session, monkeypatch):
+    from app.core import settings as settings_module
+
+    token = sign_in(client, session, make_user(session, "root", "admin"))
+    monkeypatch.setenv("CHARGEBACK_WEBHOOK_ALLOW", "")
+    settings_module.get_settings.cache_clear()
+    try:
+        bad = await client.post("/admin/webhooks", data={"url": "https://169.254.169.254/latest/meta-data/",
+                                                         "event_types": ["period.rated"], "csrf_token": token})
+    finally:
+        monkeypatch.undo()
+        settings_module.get_settings.cache_clear()
+    assert bad.status_code == 422 and 'aria-invalid="true"' in bad.text
+    assert "cloud metadata address" in bad.text and 'value="https://169.254.169.254/latest/meta-data/"' in bad.text
+    assert session.exec(select(WebhookSubscription)).all() == []
+
+
 async def test_an_admin_pauses_a_webhook_and_redelivers_an_event(client, session):
     token = sign_in(client, session, make_user(session, "root", "admin"))
     await client.post("/admin/webhooks", data={"url": "https://erp.example/hooks", "event_types": ["ingestion.gap"],

@@ -18,7 +18,8 @@ class WebhookIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     url: str = Field(max_length=MAX_URL + 100, description="https:// receiver URL (plain http in development or with "
-                                                           "CHARGEBACK_WEBHOOK_ALLOW_HTTP); no credentials, no fragment")
+                                                           "CHARGEBACK_WEBHOOK_ALLOW_HTTP); no credentials, no fragment; its host "
+                                                           "public unless CHARGEBACK_WEBHOOK_ALLOW permits it")
     event_types: list[EventType] = Field(max_length=50, description="the event types this receiver gets")
     description: str = Field(default="", max_length=MAX_DESCRIPTION + 100)
     active: bool = True

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import requests
 
 from app.core.clusters import ClusterConfig
+from app.core.masking import cluster_secrets
 from app.core.timeutil import SECONDS_PER_HOUR as HOUR_S
 from app.metrics.labels import DEFAULT_EXPORTER, ExporterIdentity
 from app.metrics.prometheus_api import configure_session, decode_matrix, get_body
@@ -97,7 +98,8 @@ class ReconcileSource:
         """The raw samples of the hour ending at `at` of every series `selector` matches."""
         body = self._get("/api/v1/query", {"query": f"{selector}[{WINDOW}]", "time": at}, selector)
         return [(item["metric"], [(float(t), float(v)) for t, v in item["values"]])
-                for item in decode_matrix(body, source=f"Prometheus at {self._base}")]
+                for item in decode_matrix(body, source=f"Prometheus at {self._base}",
+                                      secrets=cluster_secrets(self.access))]
 
     def _range(self, query: str, start: int, end: int) -> list[Series]:
         """`query` evaluated at each hour end in (start, end], chunked under the points limit; one Series per label set."""
@@ -107,7 +109,8 @@ class ReconcileSource:
             b = min(a + step, end)
             body = self._get("/api/v1/query_range", {"query": query, "start": a + HOUR_S, "end": b, "step": HOUR_S},
                              query)
-            result = decode_matrix(body, source=f"Prometheus at {self._base}")
+            result = decode_matrix(body, source=f"Prometheus at {self._base}",
+                                      secrets=cluster_secrets(self.access))
             for item in result:
                 labels = item["metric"]
                 key = tuple(sorted(labels.items()))
