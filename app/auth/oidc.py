@@ -165,7 +165,8 @@ def _redeem(settings: Settings, provider: Provider, *, code: str, verifier: str,
 
 def finish(settings: Settings, *, pending: PendingLogin, params: Mapping[str, str], redirect_uri: str) -> dict:
     """Check the provider's redirect, redeem the code (with the PKCE verifier), return the verified ID token claims."""
-    if not hmac.compare_digest(params.get("state", ""), pending.state):
+    # Bytes, not str: compare_digest raises TypeError on a non-ASCII str (a state of "é" is a mismatch, not a 500).
+    if not hmac.compare_digest(params.get("state", "").encode("utf-8", "surrogatepass"), pending.state.encode()):
         raise OidcRejected("The sign-in response does not belong to this browser's sign-in (state mismatch).")
     if params.get("error"):
         reason = params.get("error_description") or params["error"]
