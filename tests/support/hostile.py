@@ -125,7 +125,8 @@ def routes(app: FastAPI) -> list[tuple[str, str, APIRoute]]:
 
 
 def _cookie_header(browser: Browser, override: tuple[str, bytes] | None = None) -> bytes:
-    cookies = {"cb_session": browser.session_cookie.encode(), "cb_csrf": browser.csrf_nonce.encode()}
+    cookies = {"cb_session": browser.session_cookie.encode(), "cb_csrf": browser.csrf_nonce.encode(),
+               **{k: v.encode() for k, v in browser.extra.items()}}
     if override:
         cookies[override[0]] = override[1]
     return b"; ".join(k.encode() + b"=" + v for k, v in cookies.items())
