@@ -279,6 +279,18 @@ async def test_a_provider_user_never_takes_a_break_glass_name_even_before_it_exi
     assert (await _me(client))["name"] == keeper.name
 
 
+async def test_a_provider_account_with_a_break_glass_name_is_not_break_glass(client, session, oidc_provider,
+                                                                            sso_settings):
+    """An account made by single sign-on before the name was reserved (or given a password by an admin)."""
+    sso_settings(oidc_provider, local_login_enabled="false", break_glass_users="keeper")
+    keeper = make_user(session, "keeper", "admin", password=PASSWORD)
+    session.add(OidcIdentity(issuer=oidc_provider, subject="u-old", user_id=keeper.id, created_at=keeper.created_at,
+                             last_login_at=keeper.created_at))
+    session.commit()
+    refused = await _local_login(client, "keeper", PASSWORD)
+    assert refused.status_code == 403 and "Local sign-in is disabled" in refused.text
+
+
 async def test_sso_routes_are_404_when_not_configured(client):
     assert (await client.get("/auth/oidc/login")).status_code == 404
     assert (await client.get("/auth/oidc/callback?code=a&state=b")).status_code == 404
