@@ -20,6 +20,7 @@ from app.auth.sessions import CsrfCookieMiddleware, csrf_context
 from app.core.resources import resource_path
 from app.http import problems, templating
 from app.http.limits import InputLimitsMiddleware
+from app.notify.mail_contacts import tenant_names
 from app.web import allocation as web_allocation
 from app.web import billing as web_billing
 from app.web import budgets as web_budgets
@@ -57,6 +58,7 @@ def create_app() -> FastAPI:
         swagger_ui_oauth2_redirect_url=None,
     )
     problems.install(app)
+    app.state.tenant_names = tenant_names  # single sign-on refuses tenant groups naming other tenants
     problems.problem_openapi(app)
     templating.add_context_processor(csrf_context)
     templating.add_context_processor(navigation_context)

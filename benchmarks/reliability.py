@@ -28,6 +28,10 @@ PostgreSQL from CHARGEBACK_TEST_PG_URL) and each printed as counts:
      IPv4-mapped, ...) through the API and the page of a uvicorn with no allow-list; deliveries to a
      loopback service whose permission was withdrawn; `chargeback doctor --json` against a
      Prometheus echoing the bearer token: requests tried, wrong grants, leaks, 5xx.
+  7. Hostile input against uvicorn (SQLite, and PostgreSQL unless skipped), over raw sockets: every
+     form field, query and path parameter and JSON field of every route, and the headers and cookies
+     the portal reads, each with non-ASCII, a latin-1 byte, "²", NUL, CRLF, U+2028/U+0085 and 1 MB
+     (tests/support/hostile.py), signed in as an admin with a valid CSRF token: requests per surface, 5xx.
 """
 
 from __future__ import annotations
@@ -822,12 +826,87 @@ def ssrf_and_secrets(work: Path) -> dict:
     return dict(sorted(out.items()))
 
 
+# ---- 7. hostile input --------------------------------------------------------------------------
+
+
+def raw_status(port: int, case) -> int | None:
+    """Send `case` as bytes over a fresh connection; the status uvicorn answers, None when it closed without one."""
+    import socket
+
+    target = case.raw_path + (b"?" + case.query if case.query else b"")
+    head = [case.method.encode() + b" " + target + b" HTTP/1.1"]
+    head += [k + b": " + v for k, v in case.headers]
+    head.append(b"connection: close")
+    data = b"\r\n".join(head) + b"\r\n\r\n" + case.body
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as conn:
+        try:
+            conn.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server answered (431, 413) and closed before the whole request was sent
+        answer = b""
+        try:
+            while b"\r\n" not in answer:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                answer += chunk
+        except ConnectionResetError:
+            pass
+    line = answer.split(b"\r\n", 1)[0].split()
+    return int(line[1]) if len(line) >= 2 and line[1].isdigit() else None
+
+
+def hostile_input(work: Path, label: str, url: str) -> dict:
+    from app.auth import sessions
+    from app.main import create_app
+    from tests.support.hostile import Browser, cases
+
+    seed_policy(url)
+    seed_users(url, [("ada", "admin")])
+    server = Server(url, work)
+    per_surface: dict[str, Counter] = {}
+    try:
+        client, status = sign_in(server.base, "ada")
+        assert status == 303, status
+        token = csrf_of(client.get("/admin/users").text)
+        browser = Browser(session_cookie=client.cookies[sessions.SESSION_COOKIE],
+                          csrf_nonce=client.cookies[sessions.CSRF_COOKIE], csrf_token=token,
+                          host=f"127.0.0.1:{server.port}")
+        t0 = time.monotonic()
+        for case in cases(create_app(), browser):
+            if case.route == "/logout" and case.surface != "form":
+                continue  # a valid logout would end the session the other cases ride on
+            status = raw_status(server.port, case)
+            counts = per_surface.setdefault(case.surface, Counter())
+            counts["tried"] += 1
+            if status is None:
+                counts["closed without answer"] += 1
+            elif status >= 500:
+                counts["5xx"] += 1
+                print(f"  {label}: {status} {case.describe()}", flush=True)
+            else:
+                counts[f"{status // 100}xx"] += 1
+        elapsed = time.monotonic() - t0
+        alive = client.get("/api/v1/me").status_code
+        client.close()
+    finally:
+        server.stop()
+    tracebacks = (work / f"uvicorn-{server.port}.log").read_text().count("Traceback")
+    out: dict = {surface: dict(sorted(c.items())) for surface, c in sorted(per_surface.items())}
+    out["total tried"] = sum(c["tried"] for c in per_surface.values())
+    out["total 5xx"] = sum(c["5xx"] for c in per_surface.values())
+    out["tracebacks in the server log"] = tracebacks
+    out["session still valid after"] = alive
+    out["seconds"] = round(elapsed, 1)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=8, help="kill -9 trials per scenario")
     parser.add_argument("--flood", type=int, default=640, help="mixed requests in the request flood")
     parser.add_argument("--skip-postgres", action="store_true")
-    parser.add_argument("--only", default="123456t", help="scenarios to run, e.g. 12 (2 needs 1's database)")
+    parser.add_argument("--only", default="1234567t", help="scenarios to run, e.g. 12 (2 needs 1's database)")
     parser.add_argument("--ingest-kills", type=int, default=None, help="kill -9 trials of scenario 1 (default --kills)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="chargeback-reliability-"))
@@ -849,6 +928,17 @@ def main() -> None:
             results["t. hostile text and tenant scoping (SQLite, one uvicorn)"] = hostile_text_and_scoping(work)
         if "6" in only:
             results["6. SSRF attempts and echoed secrets (SQLite, one uvicorn)"] = ssrf_and_secrets(work)
+        if "7" in only:
+            results["7. hostile input (SQLite, one uvicorn)"] = hostile_input(
+                work, "sqlite", f"sqlite:///{work / 'hostile.db'}")
+            if not args.skip_postgres:
+                from tests.support.databases import drop_postgres_database, new_postgres_database
+
+                pg = new_postgres_database("cbhostile")
+                try:
+                    results["7. hostile input (PostgreSQL, one uvicorn)"] = hostile_input(work, "postgres", pg)
+                finally:
+                    drop_postgres_database(pg)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for name, counts in results.items():

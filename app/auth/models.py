@@ -93,3 +93,18 @@ class OidcIdentity(SQLModel, table=True):
     suspended: bool = False
     created_at: datetime
     last_login_at: datetime
+
+
+class OidcFlow(SQLModel, table=True):
+    """A single sign-on begun and not yet returned: kept from the redirect to the provider until the callback.
+
+    The callback deletes its row (and is refused when there is none), so each flow signs in at most once
+    whatever the provider does with its codes. Only digests are kept: the state and nonce stay in the browser.
+    """
+
+    __tablename__ = "oidc_flow"
+
+    state_sha256: str = Field(primary_key=True)
+    nonce_sha256: str
+    created_at: datetime
+    expires_at: datetime = Field(index=True)

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Form, Request
 from pydantic import BaseModel, Field
 from starlette.responses import RedirectResponse, Response
 
-from app.auth import federation, oidc, service, tokens
+from app.auth import federation, flows, oidc, service, tokens
 from app.auth.deps import Admin, CurrentUser, IdempotencyDep
 from app.auth.models import ROLES, SCOPES, ApiToken
 from app.auth.sessions import (
@@ -107,7 +107,7 @@ def login(
                            status_code=401)
     settings = get_settings()
     # Checked after the password, so the answer tells only someone who knows it which accounts are break-glass.
-    if not settings.local_login_enabled and result.user.name not in settings.break_glass():
+    if not service.local_credentials_allowed(session=session, user=result.user, password_sign_in=True):
         return _login_page(request, next_url=next_url, username=username, status_code=403,
                            message=f"Local sign-in is disabled for this account; sign in with "
                                    f"{settings.oidc_provider_name}.")
@@ -135,9 +135,15 @@ def _unavailable(request: Request, exc: Exception) -> Response:
                                "be reached. Try again in a few minutes, or use a local account.", 503)
 
 
+def _known_tenants(request: Request, session) -> set[str]:
+    """The tenants of the policy in effect, from the reader the app factory installs (auth does not import policy)."""
+    reader = getattr(request.app.state, "tenant_names", None)
+    return set(reader(session)) if reader else set()
+
+
 @web.get("/auth/oidc/login")
-def oidc_login(request: Request, next: str = "/") -> Response:
-    """Start single sign-on: state, nonce and PKCE verifier into a signed cookie, the browser to the provider."""
+def oidc_login(request: Request, session: SessionDep, next: str = "/") -> Response:
+    """Start single sign-on: state, nonce and PKCE verifier into a signed cookie and a one-time record, the browser to the provider."""
     settings = get_settings()
     if not settings.oidc_enabled:
         raise NotFound("Single sign-on is not configured")
@@ -145,6 +151,7 @@ def oidc_login(request: Request, next: str = "/") -> Response:
         url, pending = oidc.start(settings, redirect_uri=_redirect_uri(request), next_url=_safe_next(next))
     except oidc.OidcUnavailable as exc:
         return _unavailable(request, exc)
+    flows.record(session=session, pending=pending)
     response = RedirectResponse(url, status_code=303)
     response.set_cookie(oidc.FLOW_COOKIE, oidc.seal(settings, pending), max_age=oidc.FLOW_LIFETIME_S, httponly=True,
                         samesite="lax", secure=is_https(request), path="/auth/oidc/")
@@ -160,10 +167,15 @@ def oidc_callback(request: Request, session: SessionDep) -> Response:
     pending = oidc.unseal(settings, request.cookies.get(oidc.FLOW_COOKIE))
     if pending is None:
         return _sso_error(request, "This sign-in expired or was started in another browser; start it again.", 400)
+    params = dict(request.query_params)
     try:
-        claims = oidc.finish(settings, pending=pending, params=dict(request.query_params),
-                             redirect_uri=_redirect_uri(request))
-        user = federation.sign_in(session=session, issuer=claims["iss"], claims=claims, settings=settings)
+        oidc.check_state(pending, params)  # before consuming: a forged callback must not burn the real one
+        if not flows.consume(session=session, pending=pending):
+            return _sso_error(request, "This sign-in response was already used or has expired; start the sign-in "
+                                       "again.", 400)
+        claims = oidc.finish(settings, pending=pending, params=params, redirect_uri=_redirect_uri(request))
+        user = federation.sign_in(session=session, issuer=claims["iss"], claims=claims, settings=settings,
+                                  known_tenants=_known_tenants(request, session))
     except oidc.OidcUnavailable as exc:
         return _unavailable(request, exc)
     except oidc.OidcRejected as exc:
@@ -196,7 +208,8 @@ def _users_page(request: Request, session, *, message: str = "", status_code: in
     users = service.list_users(session=session)
     return render(request, "admin/users.html",
                   {"title": "Users", "users": users, "roles": ROLES, "message": message,
-                   "sso_users": federation.sso_user_ids(session=session)}, status_code=status_code)
+                   "sso_users": federation.sso_user_ids(session=session),
+                   "unknown_tenants": federation.unknown_tenant_reports(session=session)}, status_code=status_code)
 
 
 @web.get("/admin/users")

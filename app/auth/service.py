@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 
 from app.auth import passwords, tokens
-from app.auth.models import ROLES, ApiToken, AuthSession, LoginAttempt, User, UserTenant
+from app.auth.models import ROLES, ApiToken, AuthSession, LoginAttempt, OidcIdentity, User, UserTenant
 from app.auth.principal import Principal
 from app.auth.sessions import SESSION_LIFETIME, new_session_id
 from app.core import audit
@@ -265,13 +265,29 @@ def end_session(*, session: Session, session_id: str) -> None:
     session.flush()
 
 
+def local_credentials_allowed(*, session: Session, user: User, password_sign_in: bool = False) -> bool:
+    """Whether `user`'s password (`password_sign_in`), sessions and API tokens count, given Settings.local_login_enabled.
+
+    With local sign-in off, a local account (no provider identity) keeps working only when it is named in
+    Settings.break_glass_users: otherwise a token minted before the switch would outlive the decision to
+    sign everyone in through the provider. Provider accounts keep their sessions and tokens (their groups
+    are checked at each sign-in) but never sign in with a password, whatever their name.
+    """
+    settings = get_settings()
+    if settings.local_login_enabled:
+        return True
+    if session.exec(select(OidcIdentity.user_id).where(OidcIdentity.user_id == user.id)).first() is not None:
+        return not password_sign_in
+    return user.name in settings.break_glass()
+
+
 def principal_for_session(*, session: Session, session_id: str) -> Principal | None:
-    """The principal of a live session, or None (unknown, expired, or its user deactivated)."""
+    """The principal of a live session, or None (unknown, expired, its user deactivated or no longer allowed)."""
     row = session.get(AuthSession, tokens.digest(session_id))
     if row is None or aware(row.expires_at) <= utcnow():
         return None
     user = session.get(User, row.user_id)
-    if user is None or not user.active:
+    if user is None or not user.active or not local_credentials_allowed(session=session, user=user):
         return None
     return principal_for(session=session, user=user, via="session")
 
@@ -357,7 +373,7 @@ def _record_use(session: Session, token_id: int, now: datetime, *, in_request: b
 
 
 def principal_for_token(*, session: Session, raw: str, write_request: bool = False) -> Principal | None:
-    """The principal of a valid token (known, not revoked, not expired, user active), recording its use.
+    """The principal of a valid token (known, not revoked, not expired, user active and allowed), recording its use.
 
     `write_request`: the caller's transaction will write anyway, so the use is recorded in it.
     """
@@ -368,7 +384,7 @@ def principal_for_token(*, session: Session, raw: str, write_request: bool = Fal
     if row is None or row.revoked_at is not None or aware(row.expires_at) <= now:
         return None
     user = session.get(User, row.user_id)
-    if user is None or not user.active:
+    if user is None or not user.active or not local_credentials_allowed(session=session, user=user):
         return None
     if row.last_used_at is None or now - aware(row.last_used_at) >= LAST_USED_PRECISION:
         _record_use(session, row.id, now, in_request=write_request)

@@ -115,7 +115,9 @@ def csrf_valid(conn: HTTPConnection, submitted: str | None) -> bool:
     if not nonce or not submitted:
         return False
     session_id = unsign_session_id(conn.cookies.get(SESSION_COOKIE)) or ""
-    return hmac.compare_digest(submitted, csrf_token_for(nonce, session_id))
+    # Bytes, not str: compare_digest raises TypeError on a non-ASCII str, and a token sent as "é" is a 403.
+    return hmac.compare_digest(submitted.encode("utf-8", "surrogatepass"),
+                               csrf_token_for(nonce, session_id).encode())
 
 
 async def csrf_ok(request: Request) -> bool:

@@ -69,7 +69,12 @@ class Settings(BaseSettings):
     # Set when the portal sits behind a proxy that rewrites the host; default: derived from the request.
     oidc_redirect_url: str | None = None
     oidc_timeout_s: float = 10.0
-    # The ID token claim listing the user's groups, and how groups map to roles and tenants.
+    # CA bundle for the provider's certificate (a private CA), added to the system's store for discovery,
+    # token, JWKS and userinfo requests; unset: the system's store alone.
+    oidc_ca_file: str | None = None
+    # The claim listing the user's groups: a name, or a dotted path into nested claims (Keycloak
+    # "realm_access.roles"; Azure AD and Okta "groups"). From the ID token, else from userinfo. Group names
+    # are matched exactly (normalisation: none; no trimming, no case folding).
     oidc_groups_claim: str = "groups"
     oidc_role_map: str = ""  # "gpu-admins=admin,gpu-finance=finance,gpu-ops=operator,gpu-review=reviewer"
     oidc_tenant_prefix: str = "tenant:"  # group "tenant:vision" -> member of tenant vision
@@ -156,6 +161,8 @@ class Settings(BaseSettings):
         if self.oidc_default_role and self.oidc_default_role not in from_roles:
             raise ValueError(f"CHARGEBACK_OIDC_DEFAULT_ROLE {self.oidc_default_role!r} is not one of "
                              f"{', '.join(sorted(from_roles))} (or empty: refuse users no group maps)")
+        if self.oidc_ca_file and not Path(self.oidc_ca_file).is_file():
+            raise ValueError(f"CHARGEBACK_OIDC_CA_FILE {self.oidc_ca_file!r} is not a readable file (a PEM CA bundle)")
         if self.oidc_issuer and self.environment != "development" and not self.oidc_issuer.startswith("https://"):
             raise ValueError("CHARGEBACK_OIDC_ISSUER must be an https URL outside development")
         return self

@@ -104,8 +104,11 @@ class Idempotency:
 async def idempotency_for(request: Request, *, session: Session, actor: str) -> Idempotency:
     """The Idempotency-Key store of this request for `actor` (the key is optional; a malformed one is a 422)."""
     key = request.headers.get("idempotency-key")
-    if key is not None and not (0 < len(key.strip()) <= _KEY_MAX):
-        raise Invalid("Bad Idempotency-Key", [FieldError("header.Idempotency-Key", f"1-{_KEY_MAX} characters")])
+    # A structured-field string (draft-ietf-httpapi-idempotency-key-header): printable ASCII only, so no NUL
+    # (which PostgreSQL cannot store) and no control or non-ASCII character reaches the store.
+    if key is not None and not (0 < len(key.strip()) <= _KEY_MAX and all(" " <= c <= "~" for c in key)):
+        raise Invalid("Bad Idempotency-Key", [FieldError("header.Idempotency-Key",
+                                                         f"1-{_KEY_MAX} printable ASCII characters")])
     body = await request.body()  # cached by Starlette: the route still gets its body
     fingerprint = hashlib.sha256(b"\n".join([request.method.encode(), request.url.path.encode(), body])).hexdigest()
     return Idempotency(

@@ -108,7 +108,8 @@ class InputLimitsMiddleware:
         limit = self.max_body_bytes
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         declared = headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
+        # isascii first: "²".isdigit() is True and int("²") raises (a 500 before any route).
+        if declared.isascii() and declared.isdigit() and int(declared) > limit:
             await self._refuse(scope, receive, send, BodyTooLarge(limit))
             return
         chunks: list[bytes] = []

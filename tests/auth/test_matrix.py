@@ -15,8 +15,9 @@ import pytest
 
 from app.auth import service, sessions
 from app.billing import periods
-from tests.support.billing import add_hour, store_policy
+from tests.support.billing import add_hour, policy_doc, store_policy
 from tests.support.oidc import set_claims, sso_sign_in
+from tests.support.policies import SPEC_TENANTS
 from tests.support.routes import ROLES, app_routes, make_user, sign_in
 
 PUBLIC = "public"  # no sign-in needed
@@ -263,6 +264,10 @@ CLAIM_GROUPS = {"admin": "gpu-admins", "operator": "gpu-ops", "reviewer": "gpu-r
 async def test_matrix_for_roles_mapped_from_claims(client, session, oidc_provider, sso_settings, role):
     """A user created by single sign-on, its role taken from the groups claim, gets exactly its role's answers."""
     sso_settings(oidc_provider)
+    if role == "tenant":  # a tenant group counts only for a tenant the policy in effect defines
+        team_a = {"name": "team-a", "department": "research", "namespaces": ["team-a"], "class": "training"}
+        store_policy(session, policy_doc(tenants=[*map(dict, SPEC_TENANTS), team_a]))
+        session.commit()
     set_claims(oidc_provider, f"claims-{role}", preferred_username=f"c-{role}",
                groups=["everyone", CLAIM_GROUPS[role], "tenant-admins-mailing-list"])
     assert (await sso_sign_in(client, f"claims-{role}")).status_code == 303

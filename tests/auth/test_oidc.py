@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from sqlmodel import select
 
-from app.auth import sessions
+from app.auth import service, sessions
 from app.auth.models import AuthSession, OidcIdentity, User
 from app.core.audit import AuditEntry
+from tests.support.billing import store_policy
 from tests.support.oidc import authorize_at_provider, set_claims, sso_sign_in
 from tests.support.routes import make_user, page_csrf, sign_in
 from tests.support.server import free_port
@@ -52,6 +54,8 @@ async def test_login_page_offers_the_provider_and_keeps_the_local_form(client, o
 async def test_first_sign_in_creates_a_tenant_member_who_sees_only_its_tenant(client, session, oidc_provider,
                                                                               sso_settings):
     sso_settings(oidc_provider)
+    store_policy(session)  # tenants search, vision, etl
+    session.commit()
     set_claims(oidc_provider, "u-1001", preferred_username="vera", email="vera@example.org",
                groups=["tenant:vision", "all-staff-mailing-list"])
     answer = await sso_sign_in(client, "u-1001", next_url="/billing")
@@ -81,6 +85,8 @@ async def test_first_sign_in_creates_a_tenant_member_who_sees_only_its_tenant(cl
 
 async def test_groups_are_re_evaluated_at_every_sign_in(client, session, oidc_provider, sso_settings):
     sso_settings(oidc_provider)
+    store_policy(session)
+    session.commit()
     set_claims(oidc_provider, "u-2002", preferred_username="fred", groups=["gpu-finance", "tenant:vision"])
     assert (await sso_sign_in(client, "u-2002")).status_code == 303
     assert (await _me(client))["roles"] == ["finance"]
@@ -210,6 +216,79 @@ async def test_local_sign_in_disabled_except_break_glass(client, session, oidc_p
     assert wrong.status_code == 401, "a wrong password reveals nothing about break-glass accounts"
     keeper = await _local_login(client, "keeper", PASSWORD)
     assert keeper.status_code == 303 and _session_cookie(keeper)
+
+
+async def test_tenant_groups_naming_no_tenant_give_nothing_and_are_reported(client, session, oidc_provider,
+                                                                            sso_settings):
+    sso_settings(oidc_provider)
+    store_policy(session)  # tenants search, vision, etl
+    session.commit()
+    set_claims(oidc_provider, "u-8008", preferred_username="gus", groups=["tenant:ghost"])
+    refused = await sso_sign_in(client, "u-8008")
+    assert refused.status_code == 403 and "tenants this portal does not know (ghost)" in refused.text
+    assert session.exec(select(User).where(User.name == "gus")).first() is None
+    set_claims(oidc_provider, "u-8008", preferred_username="gus", groups=["tenant:ghost", "tenant:vision"])
+    assert (await sso_sign_in(client, "u-8008")).status_code == 303
+    me = await _me(client)
+    assert (me["roles"], me["tenants"]) == (["tenant"], ["vision"])
+    reports = session.exec(select(AuditEntry).where(AuditEntry.action == "oidc.unknown_tenant")
+                           .order_by(AuditEntry.id)).all()
+    assert [(r.actor, r.entity_id, json.loads(r.after)["tenants"]) for r in reports] == [
+        ("oidc", "u-8008", ["ghost"]), ("oidc", "u-8008", ["ghost"])]
+    client.cookies.clear()
+    sign_in(client, session, make_user(session, "ada", "admin"))
+    notice = (await client.get("/admin/users")).text
+    assert re.search(r'id="unknown-tenant-groups".*gus &mdash;\s*<code>ghost</code>', notice, re.S)
+
+
+async def test_local_tokens_and_sessions_with_local_sign_in_off(client, session, oidc_provider, sso_settings):
+    """Off: only break-glass accounts' local credentials work; provider accounts keep theirs."""
+    keeper = make_user(session, "keeper", "admin", password=PASSWORD)
+    clerk = make_user(session, "clerk", "admin", password=PASSWORD)
+    sso_settings(oidc_provider)
+    set_claims(oidc_provider, "u-9009", preferred_username="sol", groups=["gpu-staff"])
+    assert (await sso_sign_in(client, "u-9009")).status_code == 303
+    sol = session.exec(select(User).where(User.name == "sol")).one()
+    raw = {}
+    for user in (keeper, clerk, sol):
+        _, raw[user.name] = service.create_token(session=session, user=user, scopes="read",
+                                                 lifetime=timedelta(days=1), actor="test")
+    session.commit()
+    client.cookies.clear()
+    sign_in(client, session, clerk)
+    sso_settings(oidc_provider, local_login_enabled="false", break_glass_users="keeper")
+    status = {}
+    for name, token in raw.items():
+        answer = await client.get("/api/v1/me", headers={"Authorization": f"Bearer {token}"})
+        status[name] = answer.status_code
+    assert status == {"keeper": 200, "clerk": 401, "sol": 200}
+    assert (await client.get("/api/v1/me")).status_code == 401, "the clerk's session from before the switch"
+    sso_settings(oidc_provider, local_login_enabled="true")
+    assert (await client.get("/api/v1/me")).status_code == 200, "back on: the same credentials work again"
+
+
+async def test_a_provider_user_never_takes_a_break_glass_name_even_before_it_exists(client, session, oidc_provider,
+                                                                                     sso_settings):
+    sso_settings(oidc_provider, local_login_enabled="false", break_glass_users="keeper,rescue")
+    set_claims(oidc_provider, "u-1010", preferred_username="keeper", groups=["gpu-admins"])
+    assert (await sso_sign_in(client, "u-1010")).status_code == 303
+    assert (await _me(client))["name"] == "keeper-2"
+    keeper = make_user(session, "keeper", "admin", password=PASSWORD)  # the break-glass account, made later
+    client.cookies.clear()
+    assert (await _local_login(client, "keeper", PASSWORD)).status_code == 303
+    assert (await _me(client))["name"] == keeper.name
+
+
+async def test_a_provider_account_with_a_break_glass_name_is_not_break_glass(client, session, oidc_provider,
+                                                                            sso_settings):
+    """An account made by single sign-on before the name was reserved (or given a password by an admin)."""
+    sso_settings(oidc_provider, local_login_enabled="false", break_glass_users="keeper")
+    keeper = make_user(session, "keeper", "admin", password=PASSWORD)
+    session.add(OidcIdentity(issuer=oidc_provider, subject="u-old", user_id=keeper.id, created_at=keeper.created_at,
+                             last_login_at=keeper.created_at))
+    session.commit()
+    refused = await _local_login(client, "keeper", PASSWORD)
+    assert refused.status_code == 403 and "Local sign-in is disabled" in refused.text
 
 
 async def test_sso_routes_are_404_when_not_configured(client):

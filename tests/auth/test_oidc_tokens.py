@@ -9,8 +9,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import ssl
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -20,6 +23,7 @@ from joserfc.jwk import KeySet, OctKey, RSAKey
 
 from app.auth import oidc, sessions
 from app.core.settings import Settings
+from tests.support.secured import Pki
 
 CLIENT_ID = "portal"
 NONCE = "nonce-of-this-sign-in"
@@ -27,13 +31,19 @@ REDIRECT = "http://portal.test/auth/oidc/callback"
 
 
 class TokenIssuer:
-    """Discovery, JWKS and a token endpoint that answers with whatever `token_answer` is (a real HTTP server)."""
+    """Discovery, JWKS, userinfo and a token endpoint answering whatever `token_answer` is (a real HTTP server).
 
-    def __init__(self) -> None:
+    It redeems any code any number of times (as a provider that does not enforce single-use codes would);
+    with `pki`, it serves https with the PKI's server certificate.
+    """
+
+    def __init__(self, pki: Pki | None = None) -> None:
         self.key = RSAKey.generate_key(2048, parameters={"kid": "key-1"})
         self.published = KeySet([self.key])
         self.token_answer: tuple[int, dict] = (200, {})
         self.token_requests: list[dict[str, list[str]]] = []
+        self.userinfo_answer: dict = {}
+        self.userinfo_authorizations: list[str] = []
         issuer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -48,9 +58,13 @@ class TokenIssuer:
             def do_GET(self) -> None:
                 if self.path == "/.well-known/openid-configuration":
                     self._send(200, {"issuer": issuer.url, "authorization_endpoint": f"{issuer.url}/authorize",
-                                     "token_endpoint": f"{issuer.url}/token", "jwks_uri": f"{issuer.url}/jwks"})
+                                     "token_endpoint": f"{issuer.url}/token", "jwks_uri": f"{issuer.url}/jwks",
+                                     "userinfo_endpoint": f"{issuer.url}/userinfo"})
                 elif self.path == "/jwks":
                     self._send(200, issuer.published.as_dict(private=False))
+                elif self.path == "/userinfo":
+                    issuer.userinfo_authorizations.append(self.headers.get("Authorization", ""))
+                    self._send(200, issuer.userinfo_answer)
                 else:
                     self._send(404, {})
 
@@ -64,7 +78,13 @@ class TokenIssuer:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        scheme = "http"
+        if pki is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(pki.server_cert, pki.server_key)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def claims(self, **changes) -> dict:
@@ -82,13 +102,20 @@ class TokenIssuer:
         self.token_answer = (200, {"access_token": "at", "token_type": "Bearer", "id_token": id_token})
 
 
+@contextmanager
+def serving(issuer: TokenIssuer) -> Iterator[TokenIssuer]:
+    issuer._thread.start()
+    try:
+        yield issuer
+    finally:
+        issuer.server.shutdown()
+        issuer.server.server_close()
+
+
 @pytest.fixture(scope="module")
 def issuer():
-    issuer = TokenIssuer()
-    issuer._thread.start()
-    yield issuer
-    issuer.server.shutdown()
-    issuer.server.server_close()
+    with serving(TokenIssuer()) as running:
+        yield running
 
 
 @pytest.fixture
@@ -201,4 +228,80 @@ async def test_an_invalid_token_at_the_callback_opens_no_session(client, issuer,
     refused = await client.get(f"/auth/oidc/callback?code=c0de&state={query['state']}")
     assert refused.status_code == 401 and "not valid for this portal" in refused.text
     assert not [c for c in refused.headers.get_list("set-cookie") if c.startswith(sessions.SESSION_COOKIE + "=")]
+    assert (await client.get("/api/v1/me")).status_code == 401
+
+
+# ---- groups in userinfo, the provider's CA, single-use flows (issue 25) ------------------------
+
+
+def test_groups_absent_from_the_id_token_come_from_userinfo(issuer, settings):
+    issuer.answer_with(issuer.sign(issuer.claims(groups=None)))
+    issuer.userinfo_answer = {"sub": "u-1", "groups": ["gpu-finance"], "email": "u1@example.org"}
+    claims = _finish(settings)
+    assert claims["groups"] == ["gpu-finance"] and claims["email"] == "u1@example.org"
+    assert issuer.userinfo_authorizations[-1] == "Bearer at"
+
+
+def test_userinfo_about_another_subject_is_refused_and_the_id_token_wins(issuer, settings):
+    issuer.answer_with(issuer.sign(issuer.claims(groups=None)))
+    issuer.userinfo_answer = {"sub": "u-2", "groups": ["gpu-admins"]}
+    with pytest.raises(oidc.OidcRejected, match="sub mismatch"):
+        _finish(settings)
+    before = len(issuer.userinfo_authorizations)
+    issuer.answer_with(issuer.sign(issuer.claims(groups=["gpu-staff"])))
+    issuer.userinfo_answer = {"sub": "u-1", "groups": ["gpu-admins"]}
+    assert _finish(settings)["groups"] == ["gpu-staff"]
+    assert len(issuer.userinfo_authorizations) == before, "userinfo is asked only when the ID token lacks the groups"
+
+
+def test_a_nested_groups_claim_path_is_read_from_userinfo(issuer):
+    keycloak = Settings(_env_file=None, oidc_issuer=issuer.url, oidc_client_id=CLIENT_ID, oidc_client_secret="s",
+                        oidc_groups_claim="realm_access.roles")
+    oidc.forget_providers()
+    issuer.answer_with(issuer.sign(issuer.claims()))  # "groups" in the ID token, but not the configured path
+    issuer.userinfo_answer = {"sub": "u-1", "realm_access": {"roles": ["gpu-ops"]}}
+    assert oidc.claim_at(_finish(keycloak), "realm_access.roles") == ["gpu-ops"]
+
+
+def test_the_providers_ca_file_is_added_to_the_system_store(tmp_path):
+    pki = Pki(tmp_path / "pki")
+    with serving(TokenIssuer(pki)) as tls_issuer:
+        base = dict(_env_file=None, oidc_issuer=tls_issuer.url, oidc_client_id=CLIENT_ID, oidc_client_secret="s",
+                    oidc_timeout_s=5)
+        tls_issuer.answer_with(tls_issuer.sign(tls_issuer.claims()))
+        oidc.forget_providers()
+        with pytest.raises(oidc.OidcUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
+            _finish(Settings(**base))
+        with_ca = Settings(**base, oidc_ca_file=str(pki.ca))
+        oidc.forget_providers()
+        assert _finish(with_ca)["sub"] == "u-1"  # discovery, JWKS and token endpoint over the private CA
+        tls_issuer.answer_with(tls_issuer.sign(tls_issuer.claims(groups=None)))
+        tls_issuer.userinfo_answer = {"sub": "u-1", "groups": ["gpu-ops"]}
+        assert _finish(with_ca)["groups"] == ["gpu-ops"]  # and userinfo
+        oidc.forget_providers()
+    system = ssl.create_default_context().cert_store_stats()["x509_ca"]
+    assert system > 0, "the test box has a system CA store"
+    assert oidc.tls_context(with_ca).cert_store_stats()["x509_ca"] == system + 1
+    with pytest.raises(ValueError, match="OIDC_CA_FILE"):
+        Settings(**base, oidc_ca_file=str(tmp_path / "missing.pem"))
+
+
+@pytest.mark.anyio
+async def test_a_replayed_callback_is_refused_even_when_the_provider_redeems_codes_twice(client, issuer,
+                                                                                        sso_settings):
+    sso_settings(issuer.url, oidc_client_id=CLIENT_ID)
+    start = await client.get("/auth/oidc/login")
+    query = {k: v[0] for k, v in parse_qs(urlsplit(start.headers["location"]).query).items()}
+    flow_cookie = client.cookies[oidc.FLOW_COOKIE]
+    issuer.answer_with(issuer.sign(issuer.claims(nonce=query["nonce"])))
+    callback = f"/auth/oidc/callback?code=c0de&state={query['state']}"
+    first = await client.get(callback)
+    assert first.status_code == 303, first.text
+    client.cookies.clear()  # another browser, holding what the first one sent (its flow cookie and the URL)
+    client.cookies.set(oidc.FLOW_COOKIE, flow_cookie, domain="portal.test", path="/auth/oidc/")
+    requests_before = len(issuer.token_requests)
+    replay = await client.get(callback)
+    assert replay.status_code == 400 and "already used" in replay.text
+    assert not [c for c in replay.headers.get_list("set-cookie") if c.startswith(sessions.SESSION_COOKIE + "=")]
+    assert len(issuer.token_requests) == requests_before, "the code is not even redeemed again"
     assert (await client.get("/api/v1/me")).status_code == 401

@@ -69,3 +69,35 @@ def test_sign_in_with_the_provider_lands_on_the_dashboard_as_a_mapped_member(sso
     finally:
         context.close()
     assert not console.problems, console.problems
+
+
+def test_a_replayed_callback_is_refused_in_the_browser(sso_portal, browser):
+    """The callback URL and flow cookie of a finished sign-in, replayed in a fresh browser: refused, no session."""
+    base = sso_portal["base"]
+    set_claims(sso_portal["issuer"], "u-replay", preferred_username="replayer", groups=["gpu-staff"])
+    context = browser.new_context()
+    context.route("https://cdn.jsdelivr.net/**",
+                  lambda route: route.fulfill(status=200, content_type="text/css", body=""))
+    callbacks: list[str] = []
+    try:
+        page = context.new_page()
+        page.on("request", lambda request: callbacks.append(request.url) if "/auth/oidc/callback" in request.url
+                else None)
+        page.goto(f"{base}/login")
+        page.click("#sso-sign-in")
+        page.wait_for_url("**/oauth2/authorize**", timeout=SERVER_TIMEOUT_MS)
+        flow = [c for c in context.cookies() if c["name"] == "cb_oidc"]
+        assert len(flow) == 1
+        page.fill("input[name=sub]", "u-replay")
+        with page.expect_navigation(url=f"{base}/", timeout=SERVER_TIMEOUT_MS):
+            page.click("button:has-text('Authorize')")
+        expect(page.locator(".who-name")).to_contain_text("replayer", timeout=SERVER_TIMEOUT_MS)
+        assert len(callbacks) == 1
+        context.clear_cookies()
+        context.add_cookies(flow)
+        replay = page.goto(callbacks[0])
+        assert replay.status == 400
+        expect(page.locator("body")).to_contain_text("already used")
+        assert page.goto(f"{base}/api/v1/me").status == 401
+    finally:
+        context.close()
