@@ -126,15 +126,21 @@ async def test_billing_answers_are_not_stored_and_members_see_no_operator_names(
     assert page.status_code == 200 and "fiona" not in page.text
 
 
-def test_serve_trusts_forwarded_headers_only_from_the_configured_proxies(monkeypatch):
+def test_serve_trusts_forwarded_headers_only_from_the_configured_proxies(monkeypatch, fresh_db_url):
     import uvicorn
 
     from app.cli import app
+    from app.core.settings import get_settings
 
+    monkeypatch.setenv("CHARGEBACK_DATABASE_URL", fresh_db_url)  # serve starts only on a migrated database
+    get_settings.cache_clear()
     calls = []
     monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: calls.append(kwargs))
-    assert CliRunner().invoke(app, ["serve", "--proxy-headers"]).exit_code == 0
-    assert CliRunner().invoke(app, ["serve", "--proxy-headers", "--forwarded-allow-ips", "10.0.0.5"]).exit_code == 0
+    try:
+        assert CliRunner().invoke(app, ["serve", "--proxy-headers"]).exit_code == 0
+        assert CliRunner().invoke(app, ["serve", "--proxy-headers", "--forwarded-allow-ips", "10.0.0.5"]).exit_code == 0
+    finally:
+        get_settings.cache_clear()  # the next test reads its own settings
     assert [(c["proxy_headers"], c["forwarded_allow_ips"]) for c in calls] == [(True, "127.0.0.1,::1"),
                                                                                 (True, "10.0.0.5")]
 
