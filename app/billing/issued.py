@@ -159,13 +159,9 @@ def _matches(stored: IssuedDocument, entry: manifest.Entry) -> bool:
     return sha256(stored.content) == entry.sha256 == stored.sha256 and len(stored.content) == entry.size
 
 
-def serve(*, session: Session, period: BillingPeriod, kind: str, tenant: str = "") -> Served:
-    """The document to download: the issued bytes once finalized (DocumentsPending until issued), else a live render."""
-    if period.status != PeriodStatus.FINALIZED:
-        data = render(session=session, period=period, kind=kind, tenant=tenant)
-        return Served(data, sha256(data), LIVE)
-    if is_pending(period):
-        raise DocumentsPending(period.month)
+def checked_document(*, session: Session, period: BillingPeriod, kind: str, tenant: str = "") -> IssuedDocument | None:
+    """An issued period's stored document once checked against the sealed manifest (None: not stored and not
+    listed, as for a period issued before documents were stored); DocumentTampered when it is not as issued."""
     sealed = manifest.sealed_entries(session=session, period=period)
     stored = session.get(IssuedDocument, (period.id, kind, tenant))
     name = manifest.name(kind, tenant)
@@ -180,6 +176,18 @@ def serve(*, session: Session, period: BillingPeriod, kind: str, tenant: str = "
     if stored is not None:
         if sha256(stored.content) != stored.sha256:
             raise manifest.tampered(period.month, name, "does not match its stored hash")
+    return stored
+
+
+def serve(*, session: Session, period: BillingPeriod, kind: str, tenant: str = "") -> Served:
+    """The document to download: the issued bytes once finalized (DocumentsPending until issued), else a live render."""
+    if period.status != PeriodStatus.FINALIZED:
+        data = render(session=session, period=period, kind=kind, tenant=tenant)
+        return Served(data, sha256(data), LIVE)
+    if is_pending(period):
+        raise DocumentsPending(period.month)
+    stored = checked_document(session=session, period=period, kind=kind, tenant=tenant)
+    if stored is not None:
         return Served(stored.content, stored.sha256, ISSUED)
     # Finalized before documents were stored (migration 0011), or a tenant with no invoice (404 here).
     data = render(session=session, period=period, kind=kind, tenant=tenant)

@@ -161,3 +161,14 @@ def test_a_manifest_changed_without_its_seal_is_refused(issued_october, api, cap
         row.manifest = row.manifest.replace('"version":1', '"version":2')
     _assert_refused(api.get(REPORT), "manifest", "does not match the seal on the period row", caplog)
     assert _verify().exit_code == 1
+
+
+def test_a_swapped_invoice_is_never_mailed(issued_october):
+    from app.notify.mail_compose import issued_pdf
+
+    with unit_of_work(issued_october) as s:
+        assert issued_pdf(session=s, month="2026-10", kind="invoice_pdf", tenant="vision").startswith(b"%PDF")
+        _forge(s, "invoice_pdf", "vision")
+    with unit_of_work(issued_october) as s, pytest.raises(manifest.DocumentTampered) as refused:
+        issued_pdf(session=s, month="2026-10", kind="invoice_pdf", tenant="vision")
+    assert refused.value.document == "invoice_pdf vision" and refused.value.status == 500
