@@ -197,8 +197,9 @@ def export_command(
 
 @app.command("verify")
 def verify_command(period: str = typer.Option(..., "--period", help="a finalized period, YYYY-MM")) -> None:
-    """Check a finalized PERIOD's issued documents against their stored hashes (exit 1 if any is corrupt),
-    and say which a render today would no longer reproduce (informational)."""
+    """Check a finalized PERIOD's issued documents against the sealed manifest and the audit record of the issue
+    (exit 1 if any is missing, added or changed), and say which a render today would no longer reproduce
+    (informational)."""
     from app.billing import issued
     from app.billing.models import PeriodStatus
     from app.billing.period import rated_period
@@ -213,8 +214,10 @@ def verify_command(period: str = typer.Option(..., "--period", help="a finalized
             checks = issued.verify(session=session, period=row)
     corrupt = [c for c in checks if c.intact is False]
     for c in checks:
-        name = c.kind + (f" {c.tenant}" if c.tenant else "")
-        if c.intact is None:
+        name = c.name
+        if c.problem is not None:
+            state = f"[bold red]CORRUPT: {escape(c.problem)}[/]"
+        elif c.intact is None:
             state = "not stored (finalized before issued documents were kept)"
             if c.stored_sha256 is not None:
                 state += "; a render today " + ("DIFFERS from" if c.rendering_changed else "matches") + " the issued hash"

@@ -26,7 +26,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from app.billing import issued
+from app.billing import issued, manifest
 from app.billing.models import BillingPeriod, PeriodStatus
 from app.billing.periods import billed_total
 from app.core.audit import record
@@ -62,8 +62,9 @@ def _store(session: Session, row: BillingPeriod, documents: dict[tuple[str, str]
     """Store the documents and hashes, audit, and emit `period.finalized` (flush only)."""
     hashes = issued.store(session=session, period=row, documents=documents)
     total = billed_total(session=session, period=row)
-    record(session=session, actor=actor, action="billing.issue", entity="billing_period", entity_id=row.month,
-           before={"documents": "pending"}, after={"documents": "issued", "count": len(documents), **hashes})
+    record(session=session, actor=actor, action=manifest.ISSUE_ACTION, entity="billing_period", entity_id=row.month,
+           before={"documents": "pending"}, after={"documents": "issued", "count": len(documents), **hashes,
+                  "manifest_sha256": row.manifest_sha256})  # the seal's second, append-only witness
     emit(session=session, type="period.finalized", key=f"period.finalized:{row.month}",
          payload=PeriodFinalized(period=row.month, revision=row.revision, total=str(total),
                                  finalized_at=row.finalized_at, finalized_by=row.finalized_by or "", sha256=hashes))

@@ -58,6 +58,10 @@ class BillingPeriod(SQLModel, table=True):
     csv_sha256: str | None = None
     focus_sha256: str | None = None
     pdf_sha256: str | None = None
+    # Set by the issuing step: the canonical JSON of every issued document's SHA-256 and size, and its own
+    # SHA-256, also recorded in the audit entry of the issue (app/billing/manifest.py)
+    manifest: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    manifest_sha256: str | None = Field(default=None, max_length=64)
 
 
 class LineSource(StrEnum):

@@ -10,6 +10,7 @@ from email.message import EmailMessage
 
 from sqlmodel import Session, select
 
+from app.billing import issued
 from app.billing.models import BillingPeriod, DocumentKind, IssuedDocument, PeriodStatus
 from app.core.events import Event
 from app.core.safe_text import printable
@@ -36,11 +37,15 @@ def recipients_for(*, session: Session, settings: Settings, audience: str) -> li
 
 
 def issued_pdf(*, session: Session, month: str, kind: str, tenant: str) -> bytes | None:
-    """The bytes stored when the period was finalized (None while not issued yet)."""
+    """The bytes stored when the period was finalized (None while not issued yet), checked against the sealed
+    manifest: a document not as issued raises DocumentTampered and is never mailed (a missing one is held back
+    as not issued; downloads and `chargeback verify` report it)."""
     period = session.exec(select(BillingPeriod).where(BillingPeriod.month == month)).first()
-    if period is None or period.status != PeriodStatus.FINALIZED:
+    if period is None or period.status != PeriodStatus.FINALIZED or issued.is_pending(period):
         return None
-    doc = session.get(IssuedDocument, (period.id, kind, tenant))
+    if session.get(IssuedDocument, (period.id, kind, tenant)) is None:
+        return None
+    doc = issued.checked_document(session=session, period=period, kind=kind, tenant=tenant)
     return doc.content if doc is not None else None
 
 

@@ -9,6 +9,7 @@ the issued bytes and hashes. Both databases, through the fixtures.
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -20,6 +21,7 @@ from app.billing.cli import app as billing_cli
 from app.billing.invoices import load_view
 from app.billing.models import BillingPeriod, IssuedDocument
 from app.core import db
+from app.core.audit import AuditEntry
 from app.core.db import make_engine, unit_of_work
 from app.core.events import Event
 from app.core.migrate import downgrade, upgrade
@@ -252,10 +254,28 @@ def test_verify_finds_corrupt_bytes_and_is_quiet_when_nothing_changed(closed, fr
     assert rated.exit_code == 4 and "not been rated" in rated.output
 
 
+def _past_the_append_only_trigger(s) -> None:
+    """Let this transaction rewrite the audit log as an older release wrote it (PostgreSQL refuses by trigger)."""
+    if db.is_postgres(s):
+        s.execute(text("SET LOCAL session_replication_role = replica"))
+
+
+def _as_issued_before_manifests(s, month="2026-10") -> None:
+    """What a period issued before migration 0031 has: no manifest on its row, no seal in its audit entry."""
+    s.execute(update(BillingPeriod).where(BillingPeriod.month == month).values(manifest=None, manifest_sha256=None))
+    _past_the_append_only_trigger(s)
+    entry = s.execute(select(AuditEntry).where(AuditEntry.action == "billing.issue",
+                                               AuditEntry.entity_id == month)).scalars().one()
+    after = json.loads(entry.after)
+    assert after.pop("manifest_sha256") is not None
+    entry.after = json.dumps(after, sort_keys=True)
+
+
 def test_a_period_finalized_before_documents_were_stored_is_served_as_a_marked_rerender(api, closed, fresh_engine,
                                                                                          monkeypatch):
-    with unit_of_work(fresh_engine) as s:  # what migration 0011 leaves on a period finalized before it
+    with unit_of_work(fresh_engine) as s:  # what migrations 0011 and 0031 leave on a period finalized before them
         s.execute(delete(IssuedDocument))
+        _as_issued_before_manifests(s)
     same = api.get("/api/v1/periods/2026-10/export", params={"format": "csv"})
     assert same.headers["x-document"] == "re-rendered"
     assert same.headers["x-issued-sha256"] == closed["hashes"]["csv"] == same.headers["x-content-sha256"]
@@ -298,6 +318,10 @@ def test_migration_0011_up_and_down(fresh_engine):
     engine = make_engine(url)
     with unit_of_work(engine) as s:
         assert "issued_document" not in inspect(s.connection()).get_table_names()
+        assert "manifest" not in {c["name"] for c in inspect(s.connection()).get_columns("billing_period")}
+        # An issue before 0031 sealed nothing in the audit log either.
+        _past_the_append_only_trigger(s)
+        s.execute(text("UPDATE audit_log SET after = '{}' WHERE action = 'billing.issue'"))
         # Read as the 0010 schema has it (the current model's later columns are not there yet).
         status, csv_sha256 = s.execute(text("SELECT status, csv_sha256 FROM billing_period WHERE month = '2026-10'")).one()
         assert status == "finalized" and csv_sha256  # the hashes stay on the period
