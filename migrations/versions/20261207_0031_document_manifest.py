@@ -4,7 +4,7 @@ Periods issued before it keep no manifest (none is made up from bytes that may h
 they are checked as before, each stored document against its own hash.
 
 Revision ID: 0031
-Revises: 0029
+Revises: 0030
 Create Date: 2026-12-07 12:00:00
 """
 
@@ -13,7 +13,7 @@ import sqlmodel
 from alembic import op
 
 revision = '0031'
-down_revision = '0029'
+down_revision = '0030'
 branch_labels = None
 depends_on = None
 
