@@ -1,4 +1,4 @@
-"""`simulator` commands: serve the live exporter, write an OpenMetrics backfill file."""
+"""`simulator` commands: serve the live exporter, write its policy and an OpenMetrics backfill file."""
 
 from __future__ import annotations
 
@@ -30,6 +30,26 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to bind"),
         server.shutdown()
 
 
+@app.command("policy")
+def policy(out: Path | None = typer.Argument(None, help="file to write (default: standard output)"),
+           seed: int = typer.Option(42), gpus: int = typer.Option(32)) -> None:
+    """Write a policy document that fits the simulated cluster (its nodes, namespaces and services) as YAML.
+
+    The namespace `scratch` stays unclaimed on purpose: its use is billed to the platform as unallocated, and
+    `chargeback doctor` names it.
+    """
+    from app.metrics.simulator import Simulator
+    from app.metrics.simulator.policy import seed_policy
+    from app.policy.service import dump_yaml
+
+    text = dump_yaml(seed_policy(Simulator(seed=seed, gpus=gpus)))
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.write_text(text)
+        typer.echo(f"policy for the simulator (seed {seed}, {gpus} GPUs) written to {out}", err=True)
+
+
 @app.command("openmetrics")
 def openmetrics(out: Path = typer.Argument(..., help="file to write"),
                 start: str = typer.Option(..., help="ISO 8601 start (an hour boundary)"),
@@ -38,7 +58,7 @@ def openmetrics(out: Path = typer.Argument(..., help="file to write"),
                 metric: list[str] = typer.Option(None, help="only these metric families (repeatable)"),
                 blocks: bool = typer.Option(False, help="OUT is a directory: one file per 2-hour block "
                                                          "(promtool then parses each sample once)")) -> None:
-    """Write the simulated history of [start, end] for `promtool tsdb create-blocks-from openmetrics`."""
+    """Write the simulated history from START to END for `promtool tsdb create-blocks-from openmetrics`."""
     from app.metrics.simulator import Simulator
 
     sim = Simulator(seed=seed, gpus=gpus)
