@@ -89,7 +89,7 @@ async def run_load(base: str, token: str, args) -> list[tuple[str, dict]]:
     async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
         first = await client.get(invoices, headers=auth)
         body = first.json()
-        if first.status_code != 200 or len(body["invoices"]) != 100 or not body["next_cursor"]:
+        if first.status_code != 200 or len(body["items"]) != 100 or not body["next_cursor"]:
             raise SystemExit(f"invoice page check failed: HTTP {first.status_code} {first.text[:200]}")
         phases = [("invoices?limit=100", invoices, auth)] * args.rounds
         if args.allocation:

@@ -20,13 +20,14 @@ from app.auth.deps import CurrentUser, Finance, IdempotencyDep, Staff
 from app.billing import exports, issued, periods
 from app.billing.checklist import checklist_payload
 from app.billing.invoices import load_view, platform_statement, tenant_invoice
+from app.billing.models import PeriodStatus
 from app.billing.period import parse_period, rated_period, require_started
 from app.billing.report import read_report
 from app.billing.totals import department_rollup, tenant_totals
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
 from app.core.timeutil import utcnow
-from app.http.pagination import CursorQuery, decode_cursor, encode_cursor
+from app.http.pagination import DEFAULT_LIMIT, CursorQuery, LimitQuery, Page, page_of
 from app.http.responses import conditional, download, json_response
 
 router = APIRouter(tags=["billing"])
@@ -58,10 +59,21 @@ class CorrectionRequest(BaseModel):
     reason: str = Field(min_length=1, max_length=2000)
 
 
-@router.get("/periods", response_model=list[PeriodSummary], response_model_exclude_unset=True)
-def list_periods(session: SessionDep, user: CurrentUser) -> list[dict]:
+@router.get("/periods", response_model=Page[PeriodSummary], response_model_exclude_unset=True)
+def list_periods(
+    session: SessionDep,
+    user: CurrentUser,
+    status: Annotated[PeriodStatus | None, Query(description="Only periods in this status")] = None,
+    limit: LimitQuery = DEFAULT_LIMIT,
+    cursor: CursorQuery = None,
+) -> dict:
     """Billing periods, newest first (months with ingested hours but no rating show as open)."""
-    return to_json(periods.list_periods(session=session, staff=user.visible_tenants() is None))
+    found = periods.list_periods(session=session, staff=user.visible_tenants() is None)
+    if status is not None:
+        found = [p for p in found if p["status"] == status]
+    items, next_cursor = page_of(found, key=lambda p: (p["period"],), types=[str], limit=limit, cursor=cursor,
+                                 descending=True)
+    return {"items": to_json(items), "next_cursor": next_cursor}
 
 
 @router.get("/periods/{period}/invoices", responses={304: {"description": "Not modified"}})
@@ -70,25 +82,20 @@ def list_invoices(
     request: Request,
     session: SessionDep,
     user: CurrentUser,
-    limit: Annotated[int | None, Query(ge=1, le=500, description="Invoices per page (1-500); omitted: all")] = None,
+    limit: LimitQuery = DEFAULT_LIMIT,
     cursor: CursorQuery = None,
 ) -> InvoiceList:
-    """Invoice totals per tenant the caller may see (by tenant name, cursor-paged), with department roll-ups.
+    """Invoice totals per tenant the caller may see (`items`, by tenant name, cursor-paged), with department roll-ups.
 
-    Answers carry an ETag; a GET with a matching If-None-Match gets 304.
+    `invoices` repeats `items` for clients written before lists were pages; it is deprecated and goes
+    in a later release. Answers carry an ETag; a GET with a matching If-None-Match gets 304.
     """
     row = rated_period(session=session, month=period)
     invoices = tenant_totals(session=session, period=row, viewer=user)
     departments = department_rollup(invoices)  # roll-ups cover every visible tenant, whichever page is asked for
-    if cursor is not None:
-        (after,) = decode_cursor(cursor, [str])
-        invoices = [inv for inv in invoices if inv["tenant"] > after]
-    next_cursor = None
-    if limit is not None and len(invoices) > limit:
-        invoices = invoices[:limit]
-        next_cursor = encode_cursor([invoices[-1]["tenant"]])
+    items, next_cursor = page_of(invoices, key=lambda inv: (inv["tenant"],), types=[str], limit=limit, cursor=cursor)
     payload = {
-        "period": row.month, "status": row.status, "currency": row.currency, "invoices": invoices,
+        "period": row.month, "status": row.status, "currency": row.currency, "items": items, "invoices": items,
         "departments": departments, "next_cursor": next_cursor,
     }
     return conditional(request, to_json(payload))

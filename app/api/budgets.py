@@ -17,6 +17,7 @@ from app.billing.budget_models import BudgetScope
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
 from app.core.timeutil import utcnow
+from app.http.pagination import DEFAULT_LIMIT, CursorQuery, LimitQuery, page_of
 
 router = APIRouter(tags=["budgets"])
 TenantPath = Annotated[str, Path(max_length=200)]
@@ -48,12 +49,17 @@ def _visible(user: Principal, tenant: str) -> None:
 
 
 @router.get("/budgets")
-def list_budgets(session: SessionDep, user: CurrentUser, include_unbudgeted: bool = False) -> BudgetList:
-    """Every budget the caller may read with this month's standing; `include_unbudgeted`: every readable tenant
-    (and, for staff, department) too, with its cost and forecast."""
+def list_budgets(
+    session: SessionDep, user: CurrentUser, include_unbudgeted: bool = False, limit: LimitQuery = DEFAULT_LIMIT,
+    cursor: CursorQuery = None,
+) -> BudgetList:
+    """Every budget the caller may read with this month's standing, by scope and name; `include_unbudgeted`: every
+    readable tenant (and, for staff, department) too, with its cost and forecast."""
     found = budgets.statuses(session=session, viewer=user, with_unbudgeted=include_unbudgeted)
     month = found[0].month if found else budgets.current_month(utcnow())
-    return BudgetList(month=month, items=[status_out(s, user) for s in found])
+    page, next_cursor = page_of(found, key=lambda s: (str(s.scope), s.name), types=[str, str], limit=limit,
+                                cursor=cursor)
+    return BudgetList(month=month, items=[status_out(s, user) for s in page], next_cursor=next_cursor)
 
 
 @router.get("/budgets/tenants/{tenant}")

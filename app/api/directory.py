@@ -16,7 +16,7 @@ from app.auth.deps import CurrentUser, Principal
 from app.core.audit import AuditEntry, AuditPublic, readable_entries, readable_entry
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
-from app.http.pagination import MAX_ID, CursorQuery, LimitQuery, Page, paginate
+from app.http.pagination import DEFAULT_LIMIT, MAX_ID, CursorQuery, LimitQuery, Page, page_of, paginate
 from app.policy.document import PolicyDocument
 from app.policy.service import active_version, load_document
 
@@ -55,10 +55,18 @@ def _visible_tenants(session, user: Principal) -> list[TenantOut]:
     ]
 
 
-@router.get("/tenants", response_model=list[TenantOut], response_model_by_alias=True)
-def list_tenants(session: SessionDep, user: CurrentUser) -> list[TenantOut]:
-    """Tenants of the policy in effect (name, department, class, namespaces); members see only theirs."""
-    return _visible_tenants(session, user)
+@router.get("/tenants", response_model=Page[TenantOut], response_model_by_alias=True)
+def list_tenants(
+    session: SessionDep,
+    user: CurrentUser,
+    department: Annotated[str | None, Query(description="Only this department's tenants")] = None,
+    limit: LimitQuery = DEFAULT_LIMIT,
+    cursor: CursorQuery = None,
+) -> Page[TenantOut]:
+    """Tenants of the policy in effect by name (department, class, namespaces); members see only theirs."""
+    found = [t for t in _visible_tenants(session, user) if department is None or t.department == department]
+    items, next_cursor = page_of(found, key=lambda t: (t.name,), types=[str], limit=limit, cursor=cursor)
+    return Page[TenantOut](items=items, next_cursor=next_cursor)
 
 
 @router.get("/tenants/{name}", response_model=TenantOut, response_model_by_alias=True)
@@ -71,12 +79,16 @@ def get_tenant(name: str, session: SessionDep, user: CurrentUser) -> TenantOut:
 
 
 @router.get("/departments")
-def list_departments(session: SessionDep, user: CurrentUser) -> list[DepartmentOut]:
-    """Departments of the policy in effect with their tenants (members: only departments of their tenants)."""
+def list_departments(
+    session: SessionDep, user: CurrentUser, limit: LimitQuery = DEFAULT_LIMIT, cursor: CursorQuery = None
+) -> Page[DepartmentOut]:
+    """Departments of the policy in effect by name, with their tenants (members: only departments of their tenants)."""
     departments: dict[str, list[str]] = {}
     for tenant in _visible_tenants(session, user):
         departments.setdefault(tenant.department, []).append(tenant.name)
-    return [DepartmentOut(name=name, tenants=tenants) for name, tenants in sorted(departments.items())]
+    found = [DepartmentOut(name=name, tenants=tenants) for name, tenants in sorted(departments.items())]
+    items, next_cursor = page_of(found, key=lambda d: (d.name,), types=[str], limit=limit, cursor=cursor)
+    return Page[DepartmentOut](items=items, next_cursor=next_cursor)
 
 
 @router.get("/audit")
@@ -89,7 +101,7 @@ def list_audit(
     actor: str | None = None,
     since: Annotated[datetime | None, Query(description="Only entries at or after this instant")] = None,
     until: Annotated[datetime | None, Query(description="Only entries before this instant")] = None,
-    limit: LimitQuery = 50,
+    limit: LimitQuery = DEFAULT_LIMIT,
     cursor: CursorQuery = None,
 ) -> Page[AuditPublic]:
     """The audit log, newest first, cursor-paginated; tenant members see only entries about their tenants."""

@@ -16,7 +16,7 @@ from app.api.schemas.policy import Artifacts, Validation, VersionDiff, VersionDo
 from app.auth.deps import Staff
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid
-from app.http.pagination import IdPath
+from app.http.pagination import DEFAULT_LIMIT, CursorQuery, IdPath, LimitQuery, Page, page_of
 from app.policy.models import PolicyVersion
 from app.policy.parsing import check_document
 from app.policy.service import (
@@ -65,10 +65,12 @@ def version_out(version: PolicyVersion, *, active_id: int | None = None, documen
 # ---- versions -------------------------------------------------------------------------------------
 
 
-@router.get("/versions", response_model=list[VersionPublic], summary="Every policy version, newest first")
-def versions(session: SessionDep, _: Staff) -> list[dict]:
+@router.get("/versions", response_model=Page[VersionPublic], summary="Every policy version, newest first")
+def versions(session: SessionDep, _: Staff, limit: LimitQuery = DEFAULT_LIMIT, cursor: CursorQuery = None) -> dict:
     active = active_version(session=session)
-    return [version_out(v, active_id=active.id if active else None) for v in reversed(list_versions(session=session))]
+    found, next_cursor = page_of(list(reversed(list_versions(session=session))), key=lambda v: (v.number,),
+                                 types=[int], limit=limit, cursor=cursor, descending=True)
+    return {"items": [version_out(v, active_id=active.id if active else None) for v in found], "next_cursor": next_cursor}
 
 
 @router.get("/versions/active", response_model=VersionDocument, summary="The version in effect now, with its document")

@@ -26,7 +26,8 @@ from app.api.schemas.review import (
 )
 from app.auth.deps import IdempotencyDep, Operator, Reviewer, Staff
 from app.core.deps import SessionDep
-from app.http.pagination import MAX_ID
+from app.core.timeutil import aware
+from app.http.pagination import DEFAULT_LIMIT, MAX_ID, CursorQuery, LimitQuery, Page, page_of
 from app.http.responses import json_response
 from app.review import artifacts, changes, impact, releases
 from app.review.deps import BucketsDep, PeaksDep
@@ -144,9 +145,13 @@ def release_out(session, release: Release) -> dict[str, Any]:
 # ---- change requests ------------------------------------------------------------------------------
 
 
-@router.get("/changes", response_model=list[ChangePublic], summary="Change requests, newest first")
-def list_changes(session: SessionDep, _: Staff, state: str | None = None) -> list[dict]:
-    return [change_out(session, c) for c in changes.list_changes(session=session, state=state)]
+@router.get("/changes", response_model=Page[ChangePublic], summary="Change requests, newest first")
+def list_changes(
+    session: SessionDep, _: Staff, state: str | None = None, limit: LimitQuery = DEFAULT_LIMIT, cursor: CursorQuery = None
+) -> dict:
+    found, next_cursor = page_of(changes.list_changes(session=session, state=state), key=lambda c: (c.id,),
+                                 types=[int], limit=limit, cursor=cursor, descending=True)
+    return {"items": [change_out(session, c) for c in found], "next_cursor": next_cursor}
 
 
 @router.post("/changes", status_code=201, response_model=ChangeDetail,
@@ -245,9 +250,14 @@ def rebase_change(change_id: Id, session: SessionDep, user: Operator) -> dict:
 # ---- releases -------------------------------------------------------------------------------------
 
 
-@router.get("/releases", response_model=list[ReleasePublic], summary="Releases, newest planned first")
-def list_releases(session: SessionDep, _: Staff, state: str | None = None) -> list[dict]:
-    return [release_out(session, r) for r in releases.list_releases(session=session, state=state)]
+@router.get("/releases", response_model=Page[ReleasePublic], summary="Releases, newest planned first")
+def list_releases(
+    session: SessionDep, _: Staff, state: str | None = None, limit: LimitQuery = DEFAULT_LIMIT, cursor: CursorQuery = None
+) -> dict:
+    found, next_cursor = page_of(releases.list_releases(session=session, state=state),
+                                 key=lambda r: (aware(r.planned_at), r.id), types=[datetime, int], limit=limit,
+                                 cursor=cursor, descending=True)
+    return {"items": [release_out(session, r) for r in found], "next_cursor": next_cursor}
 
 
 @router.post("/releases", status_code=201, response_model=ReleasePublic, summary="Plan a release")

@@ -25,7 +25,7 @@ from app.core.deps import SessionDep
 from app.core.event_payloads import PAYLOADS
 from app.core.events import EVENT_TYPES
 from app.core.timeutil import utcnow
-from app.http.pagination import IdPath
+from app.http.pagination import DEFAULT_LIMIT, CursorQuery, IdPath, LimitQuery, decode_cursor, encode_cursor, page_of
 from app.notify import webhook_subscriptions as subs
 from app.notify.webhook_deliver import redeliver
 from app.notify.webhook_models import WebhookSubscription
@@ -54,10 +54,14 @@ def _delivery(view: DeliveryView) -> DeliveryOut:
 
 
 @router.get("/webhooks")
-def list_webhooks(session: SessionDep, user: Admin) -> WebhookList:
-    """Every subscription (never its secret), with its deliveries counted by status."""
+def list_webhooks(
+    session: SessionDep, user: Admin, limit: LimitQuery = DEFAULT_LIMIT, cursor: CursorQuery = None
+) -> WebhookList:
+    """Every subscription by id (never its secret), with its deliveries counted by status."""
     counts = delivery_counts(session=session)
-    return WebhookList(items=[WebhookOut(**_out(s, counts)) for s in subs.list_subscriptions(session=session)])
+    found, next_cursor = page_of(subs.list_subscriptions(session=session), key=lambda s: (s.id,), types=[int],
+                                 limit=limit, cursor=cursor)
+    return WebhookList(items=[WebhookOut(**_out(s, counts)) for s in found], next_cursor=next_cursor)
 
 
 @router.post("/webhooks", status_code=201)
@@ -100,10 +104,15 @@ def rotate_webhook_secret(webhook_id: IdPath, session: SessionDep, user: Admin) 
 
 
 @router.get("/webhooks/{webhook_id}/deliveries")
-def list_deliveries(webhook_id: IdPath, session: SessionDep, user: Admin) -> DeliveryList:
-    """The subscription's newest deliveries (50), each with its newest attempts."""
+def list_deliveries(
+    webhook_id: IdPath, session: SessionDep, user: Admin, limit: LimitQuery = DEFAULT_LIMIT, cursor: CursorQuery = None
+) -> DeliveryList:
+    """The subscription's deliveries, newest first, each with its newest attempts."""
     subs.get_subscription(session=session, subscription_id=webhook_id)
-    return DeliveryList(items=[_delivery(v) for v in deliveries_of(session=session, subscription_id=webhook_id)])
+    (before,) = decode_cursor(cursor, [int]) if cursor else (None,)
+    found = deliveries_of(session=session, subscription_id=webhook_id, limit=limit + 1, before=before)
+    next_cursor = encode_cursor([found[limit - 1].delivery.id]) if len(found) > limit else None
+    return DeliveryList(items=[_delivery(v) for v in found[:limit]], next_cursor=next_cursor)
 
 
 @router.post("/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver", status_code=202)

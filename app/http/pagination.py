@@ -1,6 +1,8 @@
 """Keyset pagination with an opaque cursor, and the bounded id and page-size parameters of list routes.
 
-`LimitQuery`, `CursorQuery`, `paginate(...)` -> (rows, next_cursor), returned as a `Page[T]`.
+Every collection in the API is one shape: a `Page[T]` of `items` and `next_cursor`, asked for with
+`limit` (`LimitQuery`, default 100) and `cursor` (`CursorQuery`). `paginate(...)` pages a SQL query,
+`page_of(...)` a list the domain has already read and ordered; both return (items, next_cursor).
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Generic, TypeVar
@@ -30,7 +33,8 @@ IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 MAX_LIMIT = 500
 T = TypeVar("T")
-LimitQuery = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Items per page (1-500)")]
+DEFAULT_LIMIT = 100
+LimitQuery = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Items per page (1-500, default 100)")]
 CursorQuery = Annotated[str | None, Query(description="Opaque cursor from the previous page's `next_cursor`")]
 
 
@@ -115,6 +119,25 @@ def paginate(
     rows = rows[:limit]
     last = rows[-1]
     return rows, encode_cursor([_key_value(last, column) for column in keys])
+
+
+def page_of(
+    items: Sequence[T], *, key: Callable[[T], tuple], types: list[type], limit: int, cursor: str | None,
+    descending: bool = False,
+) -> tuple[list[T], str | None]:
+    """One page of `items`, already ordered by `key` (ascending, or descending with `descending`); (page, next_cursor).
+
+    The same keyset contract as `paginate`: the cursor holds the last item's key, so a page is stable
+    when items are added or removed before it. For lists the domain reads whole (tenants of the
+    policy, periods, versions): they are small, and their order is not a column.
+    """
+    if cursor:
+        after = tuple(decode_cursor(cursor, types))
+        items = [item for item in items if (key(item) < after if descending else key(item) > after)]
+    if len(items) <= limit:
+        return list(items), None
+    page = list(items[:limit])
+    return page, encode_cursor(list(key(page[-1])))
 
 
 def _python_type(column) -> type:

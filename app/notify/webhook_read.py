@@ -37,14 +37,14 @@ def _views(session: Session, rows: list[tuple[WebhookDelivery, Event]], attempts
     return views
 
 
-def deliveries_of(*, session: Session, subscription_id: int, limit: int = 50,
+def deliveries_of(*, session: Session, subscription_id: int, limit: int = 50, before: int | None = None,
                   attempts_each: int = 10) -> list[DeliveryView]:
-    """A subscription's newest deliveries, each with its newest attempts."""
-    rows = session.exec(
-        select(WebhookDelivery, Event).join(Event, Event.id == WebhookDelivery.event_id)
-        .where(WebhookDelivery.subscription_id == subscription_id)
-        .order_by(WebhookDelivery.id.desc()).limit(limit)  # type: ignore[union-attr]
-    ).all()
+    """A subscription's newest deliveries (older than delivery `before`, if given), each with its newest attempts."""
+    stmt = (select(WebhookDelivery, Event).join(Event, Event.id == WebhookDelivery.event_id)
+            .where(WebhookDelivery.subscription_id == subscription_id))
+    if before is not None:
+        stmt = stmt.where(WebhookDelivery.id < before)
+    rows = session.exec(stmt.order_by(WebhookDelivery.id.desc()).limit(limit)).all()  # type: ignore[union-attr]
     return _views(session, list(rows), attempts_each)
 
 

@@ -28,7 +28,7 @@ def rated(fresh_engine, api):
 
 def test_rate_then_list_and_read_invoices(api, rated):
     assert rated["period"] == "2026-10" and rated["status"] == "rated" and rated["revision"] == 1
-    periods = api.get("/api/v1/periods").json()
+    periods = api.get("/api/v1/periods").json()["items"]
     assert periods[0]["period"] == "2026-10" and periods[0]["status"] == "rated"
 
     body = api.get("/api/v1/periods/2026-10/invoices").json()
@@ -84,7 +84,7 @@ def test_missing_price_is_422_and_writes_nothing(api, fresh_engine):
     body = problem(api.post("/api/v1/periods/2026-10/rate"), 422)
     assert "NVIDIA H200" in body["detail"]
     assert "NVIDIA H200" in body["errors"][0]["path"] and "2026-10-01T05:00Z" in body["errors"][0]["message"]
-    assert [p["status"] for p in api.get("/api/v1/periods").json()] == ["open"]  # nothing stored
+    assert [p["status"] for p in api.get("/api/v1/periods").json()["items"]] == ["open"]  # nothing stored
     problem(api.get("/api/v1/periods/2026-10/invoices"), 404)
 
 
@@ -154,7 +154,7 @@ def test_exports_download_and_match_stored_hashes(api, fresh_engine):
         fill_month(s, "2026-10", v.id)
     assert api.post("/api/v1/periods/2026-10/close").json()["documents"] == "pending"
     issue_documents(fresh_engine, "2026-10")  # the worker's issuing step
-    closed = next(p for p in api.get("/api/v1/periods").json() if p["period"] == "2026-10")
+    closed = next(p for p in api.get("/api/v1/periods").json()["items"] if p["period"] == "2026-10")
     assert closed["documents"] == "issued"
     for fmt, kind in (("csv", "text/csv"), ("focus", "text/csv"), ("pdf", "application/pdf")):
         response = api.get("/api/v1/periods/2026-10/export", params={"format": fmt})

@@ -17,7 +17,7 @@ async def test_tenants_and_departments_for_staff(client, session):
     headers = bearer(session, "dir-fin", "finance")
     response = await client.get("/api/v1/tenants", headers=headers)
     assert response.status_code == 200
-    assert response.json() == [
+    assert response.json()["items"] == [
         {"name": "etl", "department": "data", "class": "preprocessing", "namespaces": ["data-prep"]},
         {"name": "search", "department": "consumer", "class": "inference", "namespaces": ["search-prod"]},
         {"name": "vision", "department": "research", "class": "training", "namespaces": ["vision-train"]},
@@ -28,7 +28,7 @@ async def test_tenants_and_departments_for_staff(client, session):
     assert missing.status_code == 404
     assert missing.headers["content-type"].startswith("application/problem+json")
     departments = await client.get("/api/v1/departments", headers=headers)
-    assert departments.json() == [
+    assert departments.json()["items"] == [
         {"name": "consumer", "tenants": ["search"]},
         {"name": "data", "tenants": ["etl"]},
         {"name": "research", "tenants": ["vision"]},
@@ -40,20 +40,20 @@ async def test_tenant_member_sees_only_its_tenants(client, session):
     session.commit()
     headers = bearer(session, "dir-member", "tenant", ["vision"])
     listed = await client.get("/api/v1/tenants", headers=headers)
-    assert [t["name"] for t in listed.json()] == ["vision"]
+    assert [t["name"] for t in listed.json()["items"]] == ["vision"]
     assert (await client.get("/api/v1/tenants/vision", headers=headers)).status_code == 200
     other = await client.get("/api/v1/tenants/search", headers=headers)
     unknown = await client.get("/api/v1/tenants/nobody", headers=headers)
     assert other.status_code == unknown.status_code == 404
-    assert (await client.get("/api/v1/departments", headers=headers)).json() == [
+    assert (await client.get("/api/v1/departments", headers=headers)).json()["items"] == [
         {"name": "research", "tenants": ["vision"]}
     ]
 
 
 async def test_no_policy_means_no_tenants(client, session):
     headers = bearer(session, "dir-empty", "viewer")
-    assert (await client.get("/api/v1/tenants", headers=headers)).json() == []
-    assert (await client.get("/api/v1/departments", headers=headers)).json() == []
+    assert (await client.get("/api/v1/tenants", headers=headers)).json() == {"items": [], "next_cursor": None}
+    assert (await client.get("/api/v1/departments", headers=headers)).json() == {"items": [], "next_cursor": None}
 
 
 def _seed_audit(session) -> dict[str, int]:

@@ -118,9 +118,9 @@ async def test_billing_answers_are_not_stored_and_members_see_no_operator_names(
         response = await client.get(path)
         assert response.status_code == 200, (path, response.text[:300])
         assert response.headers["cache-control"] == "no-store", path
-    assert (await client.get("/api/v1/periods")).json()[0]["rated_by"] == "fiona"
+    assert (await client.get("/api/v1/periods")).json()["items"][0]["rated_by"] == "fiona"
     sign_in(client, session, member)
-    periods = (await client.get("/api/v1/periods")).json()
+    periods = (await client.get("/api/v1/periods")).json()["items"]
     assert periods[0]["period"] == "2026-10" and periods[0]["rated_by"] is None
     page = await client.get("/billing")
     assert page.status_code == 200 and "fiona" not in page.text

@@ -299,7 +299,7 @@ async def test_member_mapped_from_a_claim_sees_only_its_tenant(client, session, 
                      f"/api/v1/tenants/{tenant}", f"/billing/2026-10/{tenant}/invoice.pdf"):
             assert (await client.get(path)).status_code == 404, path
     listed = (await client.get("/api/v1/periods/2026-10/invoices")).json()
-    assert [invoice["tenant"] for invoice in listed["invoices"]] == ["vision"]
+    assert [invoice["tenant"] for invoice in listed["items"]] == ["vision"]
 
 
 @pytest.mark.anyio

@@ -193,7 +193,7 @@ def closed(fresh_engine, api):
 
 
 def _summary(api, month="2026-10") -> dict:
-    return next(p for p in api.get("/api/v1/periods").json() if p["period"] == month)
+    return next(p for p in api.get("/api/v1/periods").json()["items"] if p["period"] == month)
 
 
 def _downloads(api) -> dict[str, object]:

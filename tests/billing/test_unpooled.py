@@ -120,7 +120,7 @@ def test_api_and_page_close_with_accept_unpooled(api, fresh_engine):
     assert closed.status_code == 303
     page = api.get("/billing/2026-10", headers=HTML).text
     assert "Closed with unpooled GPUs accepted: lab nodes" in page
-    listed = {p["period"]: p for p in api.get("/api/v1/periods").json()}
+    listed = {p["period"]: p for p in api.get("/api/v1/periods").json()["items"]}
     assert listed["2026-10"]["accept_unpooled_reason"] == "lab nodes"
 
 

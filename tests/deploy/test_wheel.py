@@ -86,7 +86,7 @@ def test_demo_serves_pages_static_files_and_a_pdf(installed, tmp_path):
             assert css.text == (ROOT / "static" / "app.css").read_text()
             js = client.get("/static/vendor/htmx-2.0.11.min.js")
             assert js.status_code == 200 and len(js.content) == (ROOT / "static/vendor/htmx-2.0.11.min.js").stat().st_size
-            periods = client.get("/api/v1/periods").json()
+            periods = client.get("/api/v1/periods").json()["items"]
             rated = [p for p in periods if p.get("status") != "open"]
             assert rated, periods
             pdf = client.get(f"/api/v1/periods/{rated[0]['period']}/export", params={"format": "pdf"})

@@ -134,7 +134,7 @@ async def test_release_gate_artifacts_rollback_and_audit(client, auth, v1):
     assert (await client.post(f"{API}/releases/{rid}/deploy", headers=auth["otto"])).json()["state"] == "deployed"
     rolled = (await client.post(f"{API}/releases/{rid}/rollback", headers=auth["otto"], json={})).json()
     assert rolled["state"] == "rolled_back" and rolled["version"]["sha256"] == v1.sha256
-    listed = (await client.get(f"{API}/versions", headers=auth["vic"])).json()
+    listed = (await client.get(f"{API}/versions", headers=auth["vic"])).json()["items"]
     assert [v["source"] for v in listed] == ["rollback", "change", "bootstrap"]
 
     # The audit log: filters and a cursor that walks every entry once.

@@ -46,5 +46,5 @@ def test_an_unchecked_month_needs_the_acceptance_and_shows_it_once_closed(api, f
     assert closed.status_code == 303
     page = api.get(closed.headers["location"], headers=HTML).text
     assert "Closed with hours that do not reconcile with the source accepted: meter swap" in page
-    (summary,) = [p for p in api.get("/api/v1/periods").json() if p["period"] == "2026-10"]
+    (summary,) = [p for p in api.get("/api/v1/periods").json()["items"] if p["period"] == "2026-10"]
     assert summary["accept_unreconciled_reason"] == "meter swap"

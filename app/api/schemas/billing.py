@@ -62,7 +62,8 @@ class InvoiceList(Out):
     period: str
     status: Status
     currency: str
-    invoices: list[InvoiceSummary]
+    items: list[InvoiceSummary]
+    invoices: list[InvoiceSummary] = Field(deprecated=True, description="Deprecated: the same list as `items`")
     departments: list[DepartmentTotal]
     next_cursor: str | None = None
 

@@ -70,3 +70,4 @@ class BudgetStatus(Out):
 class BudgetList(Out):
     month: str
     items: list[BudgetStatus]
+    next_cursor: str | None = None

@@ -68,6 +68,7 @@ class WebhookSecret(Out):
 
 class WebhookList(Out):
     items: list[WebhookOut]
+    next_cursor: str | None = None
 
 
 class AttemptOut(Out):
@@ -96,3 +97,4 @@ class DeliveryOut(Out):
 
 class DeliveryList(Out):
     items: list[DeliveryOut]
+    next_cursor: str | None = None
