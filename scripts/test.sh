@@ -5,10 +5,28 @@
 #   - a virtualenv in .venv with the project and its test extras
 #   - PostgreSQL: the one on 127.0.0.1:5432 if it answers, else a throwaway cluster in /tmp
 # Extra arguments go to pytest (e.g. scripts/test.sh -k billing).
+#   scripts/test.sh --quick: the fast tier — a virtualenv, ruff and the tests that need neither PostgreSQL, a
+#   Prometheus server, chromium nor a built wheel, and are not marked slow (tests/support/markers.py), on SQLite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf '\n==> %s\n' "$*"; }
+
+if [ "${1:-}" = "--quick" ]; then
+  shift
+  log "quick tier: python environment (.venv)"
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  .venv/bin/python -m pip install -q -e '.[test]'
+  log "ruff"
+  .venv/bin/ruff check app tests benchmarks scripts migrations
+  log "pytest: SQLite only, no Prometheus, no browser, nothing slow (two processes)"
+  BASETEMP=$(mktemp -d /tmp/chargeback-pytest.XXXXXX)
+  rc=0
+  .venv/bin/python -m pytest -q --basetemp "$BASETEMP/quick" -n 2 \
+    -m "not postgres and not prometheus and not browser and not deploy and not slow" "$@" || rc=$?
+  rm -rf "$BASETEMP"
+  exit "$rc"
+fi
 
 missing=()
 command -v prometheus >/dev/null || missing+=(prometheus)

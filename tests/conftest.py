@@ -18,7 +18,7 @@ from tests.support.databases import (
     new_postgres_database,
     new_sqlite_database,
 )
-from tests.support.markers import MARKING_FIXTURES
+from tests.support.markers import MARKING_FIXTURES, SLOW_MODULES
 from tests.support.webhooks import TEST_WEBHOOK_ALLOW
 
 # Webhook receivers in tests listen on loopback, and URLs that are only saved use made-up names: the operator's
@@ -48,13 +48,16 @@ def _fixtures_used(item) -> set[str]:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Mark each test postgres / prometheus / browser from its fixtures and backend parameters."""
+    """Mark each test postgres / prometheus / browser from its fixtures and backend parameters, and slow from
+    its module."""
     for item in items:
         used = _fixtures_used(item)
         params = getattr(getattr(item, "callspec", None), "params", {})
         for marker, fixtures in MARKING_FIXTURES.items():
             if used & fixtures or (marker == "postgres" and "postgres" in params.values()):
                 item.add_marker(marker)
+        if item.module is not None and item.module.__name__ in SLOW_MODULES:
+            item.add_marker("slow")
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
