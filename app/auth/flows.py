@@ -11,11 +11,11 @@ import hashlib
 from datetime import timedelta
 
 from sqlalchemy import delete, text
-from sqlalchemy.engine import Engine
 from sqlmodel import Session, col
 
 from app.auth.models import OidcFlow
 from app.auth.oidc import FLOW_LIFETIME_S, PendingLogin
+from app.core.db import sqlite_write_lock
 from app.core.timeutil import utcnow
 
 _LOCK_KEY = int.from_bytes(hashlib.sha256(b"oidc-sign-in").digest()[:8], "big", signed=True)
@@ -34,8 +34,8 @@ def one_sign_in_at_a_time(session: Session) -> None:
     bind = session.get_bind()
     if bind.dialect.name == "postgresql":
         session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
-    elif isinstance(session.bind, Engine) and not session.in_transaction():
-        session.connection(execution_options={"sqlite_immediate": True})
+    else:
+        sqlite_write_lock(session)
 
 
 def record(*, session: Session, pending: PendingLogin) -> None:

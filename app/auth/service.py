@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import delete, text, update
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 
@@ -18,6 +18,7 @@ from app.auth.models import ROLES, ApiToken, AuthSession, LoginAttempt, OidcIden
 from app.auth.principal import Principal
 from app.auth.sessions import SESSION_LIFETIME, new_session_id
 from app.core import audit
+from app.core.db import sqlite_write_lock
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
 from app.core.settings import get_settings
 from app.core.timeutil import aware, utcnow
@@ -214,8 +215,8 @@ def _one_attempt_at_a_time(session: Session, ip: str) -> None:
     if bind.dialect.name == "postgresql":
         key = int.from_bytes(hashlib.sha256(f"login:{ip}".encode()).digest()[:8], "big", signed=True)
         session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
-    elif isinstance(session.bind, Engine) and not session.in_transaction():
-        session.connection(execution_options={"sqlite_immediate": True})
+    else:
+        sqlite_write_lock(session)
 
 
 def authenticate(*, session: Session, name: str, password: str, ip: str) -> LoginResult:

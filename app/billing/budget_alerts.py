@@ -30,7 +30,7 @@ from app.billing.budget_models import Budget, BudgetScope
 from app.billing.budgets import ACTUAL, BudgetStatus, Crossing, statuses
 from app.billing.month_forecast import current_month
 from app.billing.period import parse_period
-from app.core.db import is_postgres, unit_of_work
+from app.core.db import is_postgres, sqlite_write_lock, unit_of_work
 from app.core.event_payloads import BudgetThreshold
 from app.core.events import Event, emit
 from app.core.timeutil import aware, utcnow
@@ -109,5 +109,5 @@ def budget_task(engine: Engine, clock: Callable[[], datetime] = utcnow) -> list[
     if not found:
         return []
     with unit_of_work(engine) as session:  # ... then take it to emit; keys already used record nothing
-        session.connection(execution_options={"sqlite_immediate": True})
+        sqlite_write_lock(session)
         return _emit_all(session, found)

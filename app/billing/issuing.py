@@ -30,7 +30,7 @@ from app.billing import issued, manifest
 from app.billing.models import BillingPeriod, PeriodStatus
 from app.billing.periods import billed_total
 from app.core.audit import record
-from app.core.db import is_postgres, unit_of_work
+from app.core.db import is_postgres, sqlite_write_lock, unit_of_work
 from app.core.event_payloads import PeriodFinalized
 from app.core.events import emit
 
@@ -98,7 +98,7 @@ def issue_period(*, engine: Engine, month: str, actor: str = WORKER,
             return None
         documents = issued.render_all(session=session, period=row, progress=progress)
     with unit_of_work(engine) as session:  # ... then take it, and store only if nobody did meanwhile
-        session.connection(execution_options={"sqlite_immediate": True})
+        sqlite_write_lock(session)
         row = session.execute(_pending().where(BillingPeriod.month == month)).scalars().first()
         if row is None:
             return None

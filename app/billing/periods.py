@@ -14,7 +14,6 @@ from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from itertools import islice
 
 from sqlalchemy import delete, func, insert, select, update
-from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Session
 
@@ -37,6 +36,7 @@ from app.billing.reconciliation import period_reconciliation, unreconciled_messa
 from app.billing.types import PLATFORM, ChargeLine, RatingResult
 from app.billing.unmeasured import unmeasured_capacity
 from app.core.audit import record
+from app.core.db import sqlite_write_lock
 from app.core.errors import Conflict, FieldError, Invalid, NotFound
 from app.core.event_payloads import CorrectionCreated, PeriodRated
 from app.core.events import emit
@@ -107,14 +107,6 @@ def _get_or_create(session: Session, period: Period) -> BillingPeriod:
     return row
 
 
-def _write_lock_first(session: Session) -> None:
-    """SQLite: begin with the write lock (BEGIN IMMEDIATE), so a second close waits for the first and
-    then reads its result, instead of failing on a stale snapshot. PostgreSQL locks the row in _claim."""
-    bind = session.get_bind()
-    if bind.dialect.name == "sqlite" and isinstance(session.bind, Engine) and not session.in_transaction():
-        session.connection(execution_options={"sqlite_immediate": True})
-
-
 def _claim(session: Session, row: BillingPeriod, **values) -> None:
     """Conditional UPDATE: takes the row lock and fails if the period got finalized meanwhile."""
     try:
@@ -138,7 +130,7 @@ def rate(*, session: Session, period: str, actor: str) -> BillingPeriod:
     """Rate the period as a draft, replacing its previous draft lines. Refuses a finalized period."""
     p = parse_period(period)
     require_started(p)
-    _write_lock_first(session)
+    sqlite_write_lock(session)  # a second close waits for the first, then reads its result (PostgreSQL: _claim)
     row = _get_or_create(session, p)
     if row.status == PeriodStatus.FINALIZED:
         raise Conflict(f"Billing period {p.month} is finalized; its invoices can no longer change")
@@ -181,7 +173,7 @@ def close(
     if accept_unreconciled and not reason:
         raise Invalid("Accepting unreconciled hours needs a reason",
                       [FieldError("reason", "required with accept_unreconciled")])
-    _write_lock_first(session)
+    sqlite_write_lock(session)  # a second close waits for the first, then reads its result (PostgreSQL: _claim)
     row = _get_or_create(session, p)
     if row.status == PeriodStatus.FINALIZED:
         raise Conflict(f"Billing period {p.month} is already finalized")

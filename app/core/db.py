@@ -80,6 +80,15 @@ def is_postgres(session_or_engine) -> bool:
     return bind.dialect.name == "postgresql"
 
 
+def sqlite_write_lock(session: Session) -> None:
+    """SQLite: begin the session's transaction with the write lock (BEGIN IMMEDIATE), so a read that turns into a
+    write waits for another writer instead of failing on a stale snapshot. A session whose transaction has already
+    begun keeps the one its caller began (SQLite cannot take the lock at BEGIN after the fact). PostgreSQL: nothing;
+    callers lock rows or take advisory locks."""
+    if session.get_bind().dialect.name == "sqlite" and isinstance(session.bind, Engine) and not session.in_transaction():
+        session.connection(execution_options={"sqlite_immediate": True})
+
+
 def ping(session: Session) -> None:
     """Ask the database a trivial question; raises the driver's error when it does not answer."""
     session.exec(select(1)).one()

@@ -23,7 +23,7 @@ from fastapi import Depends, Request
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlmodel import Session
 
-from app.core.db import get_engine
+from app.core.db import get_engine, sqlite_write_lock
 from app.core.errors import AppError
 
 log = logging.getLogger("app.db")
@@ -78,7 +78,7 @@ def get_session(
     engine = get_engine()
     session = Session(engine, expire_on_commit=False)
     if _writes_sqlite(request):
-        session.connection(execution_options={"sqlite_immediate": True})
+        sqlite_write_lock(session)
     try:
         yield session
         commit_or_raise(session)

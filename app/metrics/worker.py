@@ -31,7 +31,7 @@ from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, select
 
 from app.core.clusters import DEFAULT_CLUSTER
-from app.core.db import get_engine, is_postgres, unit_of_work
+from app.core.db import get_engine, is_postgres, sqlite_write_lock, unit_of_work
 from app.core.settings import Settings, get_settings
 from app.core.timeutil import HOUR, SECONDS_PER_HOUR, aware, floor_hour, hours_between, utcnow
 from app.metrics.ingest import NO_POLICY, IngestReport, hour_status, ingest_hour_list
@@ -119,7 +119,7 @@ def claim(session: Session, hours: list[datetime], clock: Callable[[], datetime]
                 got.append(h)
     else:
         # Take SQLite's write lock first: a concurrent worker waits here until we commit.
-        session.connection(execution_options={"sqlite_immediate": True})
+        sqlite_write_lock(session)
         got = list(hours)
     now = clock()  # once locked: on SQLite the other worker's whole run may have passed meanwhile
     still = []

@@ -23,7 +23,7 @@ from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from app.core.db import unit_of_work
+from app.core.db import sqlite_write_lock, unit_of_work
 from app.core.errors import Conflict, NotFound
 from app.core.masking import configured_secrets, mask
 from app.core.settings import Settings, get_settings
@@ -31,7 +31,7 @@ from app.core.timeutil import utcnow
 from app.notify.mail_compose import compose
 from app.notify.mail_models import MailSend, MailStatus
 from app.notify.mail_plan import DISABLED, plan
-from app.notify.outbox import Backoff, claim_first, due, write_lock
+from app.notify.outbox import Backoff, claim_first, due
 
 log = logging.getLogger(__name__)
 # 1 minute doubling to an hour, for a day from the first attempt.
@@ -86,7 +86,7 @@ def claim_next(*, engine: Engine, settings: Settings,
     """Claim the next due row and build its message (committed); None when nothing is due."""
     while True:
         with unit_of_work(engine) as session:
-            write_lock(session)
+            sqlite_write_lock(session)
             now = clock()  # once SQLite's lock is held: the lease runs from when the claim is taken
             row = claim_first(session, due(MailSend, now, statuses=(MailStatus.PENDING, MailStatus.FAILED)), MailSend)
             if row is None:
@@ -119,7 +119,7 @@ def _mark(*, engine: Engine, row_id: int, now: datetime, error: str | None, note
     """Record the attempt's outcome at `now`, when the server answered: sent (with `note` on refused recipients),
     or failed with `error`."""
     with unit_of_work(engine) as session:
-        write_lock(session)
+        sqlite_write_lock(session)
         row = session.get(MailSend, row_id)
         assert row is not None
         row.claimed_until = None

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import or_, text
 from sqlmodel import Session, select
 
-from app.core.db import is_postgres
+from app.core.db import is_postgres, sqlite_write_lock
 from app.core.events import Event
 from app.core.timeutil import aware
 
@@ -65,17 +65,10 @@ def due(model: Any, now: datetime, *, statuses: Sequence[str], also: Sequence[An
     )
 
 
-def write_lock(session: Session) -> None:
-    """SQLite: take the write lock at BEGIN, so a read that turns into a write never fails against another
-    writer. PostgreSQL: nothing (rows are locked as they are claimed)."""
-    if not is_postgres(session):
-        session.connection(execution_options={"sqlite_immediate": True})
-
-
 def claim_first(session: Session, statement, model: Any):
     """The first row of `statement` (rows of `model`) that no other transaction is claiming, locked until commit.
 
-    On SQLite the caller has taken `write_lock` first, and read the clock for `statement` and the lease after it:
+    On SQLite the caller has taken `sqlite_write_lock` first, and read the clock for `statement` and the lease after it:
     the wait for another worker's commit must not shorten the lease.
     """
     if is_postgres(session):
@@ -87,7 +80,7 @@ def try_plan_lock(session: Session, key: int) -> bool:
     """Take planning lock `key` for this transaction; False when another planner holds it (PostgreSQL)."""
     if is_postgres(session):
         return bool(session.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": key}).scalar())
-    write_lock(session)
+    sqlite_write_lock(session)
     return True
 
 

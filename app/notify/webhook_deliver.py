@@ -31,13 +31,13 @@ from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from app.core.db import unit_of_work
+from app.core.db import sqlite_write_lock, unit_of_work
 from app.core.errors import Conflict, NotFound
 from app.core.events import EVENT_TYPES, Event
 from app.core.masking import configured_secrets, mask
 from app.core.settings import Settings, get_settings
 from app.core.timeutil import aware, utcnow
-from app.notify.outbox import Backoff, claim_first, due, try_plan_lock, unplanned_events, write_lock
+from app.notify.outbox import Backoff, claim_first, due, try_plan_lock, unplanned_events
 from app.notify.webhook_http import Outcome, post
 from app.notify.webhook_models import (
     DeliveryStatus,
@@ -125,7 +125,7 @@ def claim_next(*, engine: Engine, settings: Settings, clock: Callable[[], dateti
     bookkeeping a delivery costs on top of its request is a few round trips.
     """
     with unit_of_work(engine) as session:
-        write_lock(session)
+        sqlite_write_lock(session)
         now = clock()  # once SQLite's lock is held: the lease runs from when the claim is taken
         statement = (
             due(WebhookDelivery, now, statuses=RETRYABLE, also=(WebhookSubscription, Event))
@@ -179,7 +179,7 @@ def record_outcome(*, engine: Engine, settings: Settings, claimed: Claimed, outc
                        failures=claimed.round_attempts, first_attempt_at=claimed.first_attempt_at, now=now,
                        not_before=retry_after)}
     with unit_of_work(engine) as session:
-        write_lock(session)
+        sqlite_write_lock(session)
         session.execute(update(WebhookAttempt).where(WebhookAttempt.id == claimed.attempt_id).values(
             duration_ms=outcome.duration_ms, status_code=outcome.status, error=outcome.error,
             response=outcome.response[:RESPONSE_CHARS] or None))

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from app.core.clusters import ClusterConfig
-from app.core.db import is_postgres, unit_of_work
+from app.core.db import is_postgres, sqlite_write_lock, unit_of_work
 from app.core.errors import AppError
 from app.core.settings import Settings, get_settings
 from app.core.timeutil import SECONDS_PER_DAY, aware, epoch, floor_hour, from_epoch, utcnow
@@ -90,7 +90,7 @@ def _claim(session: Session, cluster: str, day: datetime) -> bool:
         space = space - (1 << 32) if space >= 1 << 31 else space
         key = epoch(day) // SECONDS_PER_DAY
         return bool(session.execute(text("SELECT pg_try_advisory_xact_lock(:c, :k)"), {"c": space, "k": key}).scalar())
-    session.connection(execution_options={"sqlite_immediate": True})
+    sqlite_write_lock(session)
     return True
 
 
