@@ -227,6 +227,16 @@ def month_forecasts(*, session: Session, as_of: datetime, month: str | None = No
     return _ANSWERS.get(key, lambda: _month_forecasts(session=session, month=month, as_of=as_of))
 
 
+def month_to_date(period, until: datetime) -> DateRange | None:
+    """The days of `period` (a billing month) up to the hour `until`, as the allocation explorer reads them; None
+    before the month starts."""
+    if until <= period.start:
+        return None
+    tz = get_settings().tz
+    return DateRange(start=period.start.astimezone(tz).date(), end=(until - timedelta(seconds=1)).astimezone(tz).date(),
+                     tz=tz)
+
+
 def _month_to_date(session: Session, window: DateRange | None, aggregate: str) -> tuple[str | None, dict[str, Decimal]]:
     """(currency, cost per tenant or department) over the month's days so far: the allocation's allocated rows."""
     if window is None:
@@ -239,10 +249,7 @@ def _month_forecasts(*, session: Session, month: str, as_of: datetime) -> MonthF
     tz = get_settings().tz
     period = parse_period(month)
     until = min(as_of, period.end)  # a month that has ended: every hour is known or missing
-    window = None
-    if until > period.start:
-        window = DateRange(start=period.start.astimezone(tz).date(),
-                           end=(until - timedelta(seconds=1)).astimezone(tz).date(), tz=tz)
+    window = month_to_date(period, until)
     answer = MonthForecasts(month=month, start=period.start, end=period.end, as_of=until, currency="USD")
     try:
         currency, tenant_mtd = _month_to_date(session, window, "tenant")
