@@ -20,6 +20,7 @@ from app.metrics.live import LiveCache, live_fleet
 from app.metrics.sources import cluster_config, get_live_source
 from app.policy.service import active_document, highest_version_number
 from app.review.impact import capacity_impact
+from app.web.doctor import doctor_href
 
 router = APIRouter(include_in_schema=False)
 REFRESH_S = 15
@@ -63,5 +64,6 @@ def fleet_live(request: Request, session: SessionDep, user: Staff, cluster: str 
         return HTMLResponse(html)
     context = {"title": "Live fleet", "live_html": html,
                "source": "the built-in simulator" if config.is_simulator else "Prometheus",
-               "clusters": names if len(names) > 1 else [], "cluster": config.name}
+               "clusters": names if len(names) > 1 else [], "cluster": config.name,
+               "doctor_href": doctor_href(user, config.name)}
     return render(request, "fleet/live.html", context)
