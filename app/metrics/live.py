@@ -235,7 +235,7 @@ class LiveService:
     def verdict_text(self) -> str:
         """The state against the red line, in words."""
         return {"breach": "over the red line", "clear": "within the red line",
-                "unresolved": "unresolved: the red line lies inside the bucket"}.get(self.state, self.state)
+                "unresolved": "unresolved"}.get(self.state, self.state)
 
 
 @dataclass
