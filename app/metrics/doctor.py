@@ -188,7 +188,7 @@ def _inventory(report: Report, reader: PromReader, start: float, at: float) -> N
                f"kube-state-metrics: {_names(ksm, code=True) or 'none'}",
                "occupancy, activity and energy come from the DCGM metrics; dark time and breaches from the serving "
                "metrics; kube-state-metrics only maps exporter pods to nodes and shows GPUs requested",
-               "none needed; the findings below name any metric the bill needs and the store lacks", *LIVE_FLEET)
+               "none needed; the other findings name any metric the bill needs and the store lacks", *LIVE_FLEET)
 
 
 def _pod_nodes(report: Report, reader: PromReader, series: list[dict], start: float, at: float,
