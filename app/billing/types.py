@@ -35,6 +35,26 @@ CHARGE_KINDS = (LineKind.RESERVED_FEE, LineKind.INFERENCE_OVERAGE, LineKind.USAG
 TRANSFER_KINDS = (LineKind.SLA_PENALTY, LineKind.SLA_CREDIT)
 BALANCE_KINDS = (LineKind.IDLE, LineKind.DARK_DISCOUNT, LineKind.RESERVED_UNUSED, LineKind.ROUNDING)
 
+# What people read for each kind (pages and PDFs; CSV and FOCUS keep the codes, which programs read)
+LINE_NAMES = {
+    LineKind.RESERVED_FEE: "Reserved fee",
+    LineKind.INFERENCE_OVERAGE: "Inference beyond the reservation",
+    LineKind.USAGE_BUSY: "Use while inference is busy",
+    LineKind.USAGE_DARK: "Use in dark time",
+    LineKind.SLA_PENALTY: "SLA penalty",
+    LineKind.SLA_CREDIT: "SLA credit",
+    LineKind.UNALLOCATED: "Use no tenant claims",
+    LineKind.IDLE: "Idle capacity",
+    LineKind.DARK_DISCOUNT: "Dark-time discount",
+    LineKind.RESERVED_UNUSED: "Reserved and not used",
+    LineKind.ROUNDING: "Rounding",
+}
+
+
+def line_name(kind: str) -> str:
+    """A line kind as people read it ("Use in dark time", not "usage_dark")."""
+    return LINE_NAMES.get(kind, kind.replace("_", " ").capitalize())
+
 
 @dataclass(frozen=True)
 class RatingHour:

@@ -20,16 +20,18 @@ from app.billing.line_days import line_days
 from app.billing.models import DocumentKind, PeriodStatus
 from app.billing.period import get_period, parse_period, rated_period, require_started
 from app.billing.report import read_report
+from app.billing.types import line_name
 from app.core.deps import SessionDep
 from app.core.errors import AppError, NotFound
 from app.core.safe_text import control_problem
 from app.core.timeutil import utcnow
 from app.http.htmx import is_htmx
 from app.http.responses import download
-from app.http.templating import render
+from app.http.templating import render, templates
 from app.web.charts import chart_json
 
 router = APIRouter(include_in_schema=False)
+templates.env.filters["line_name"] = line_name  # "Use in dark time", not "usage_dark"
 MAX_REASON = 2000  # as the API's CloseRequest.reason
 
 

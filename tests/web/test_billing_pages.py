@@ -32,7 +32,7 @@ def test_pages_show_periods_invoices_and_statement(api, fresh_engine):
 
     invoice = api.get("/billing/2026-10/vision", headers=HTML)
     assert invoice.status_code == 200
-    assert "Invoice 2026-10: vision" in invoice.text and "2.30" in invoice.text and "sla penalty" in invoice.text
+    assert "Invoice 2026-10: vision" in invoice.text and "2.30" in invoice.text and "SLA penalty" in invoice.text
 
 
 def test_close_form_and_tenant_isolation(api, fresh_engine):

@@ -27,7 +27,7 @@ def test_tenant_reads_its_invoice_drills_down_and_follows_its_penalty(api, fresh
     _rated(api, fresh_engine)
     api.as_(VISION_MEMBER)
     page = api.get("/billing/2026-10/vision", headers=HTML).text
-    groups = re.findall(r'<tbody data-group="([a-z_]+)">', page)
+    groups = re.findall(r'<tbody role="rowgroup" data-group="([a-z_]+)">', page)
     assert groups == ["usage_busy", "usage_dark", "sla"]
     assert "Draft total, not yet due" in page and "Total due" not in page
     assert "2026-10-01 to 2026-10-31" in page and "2 of 744 hours" in page and ">partial<" in page
