@@ -185,7 +185,10 @@ class PoolBalance(Out):
 
     pool: str
     cluster: str
-    charges: DecimalText
+    charges: DecimalText = Field(description="Lines 1-3 and the unallocated use (line 6) of the pool")
+    tenant_charges: DecimalText = Field(description="What the pool's tenants are billed: charges - unallocated")
+    unallocated: DecimalText = Field(description="The pool's use no tenant claims, billed to the platform")
+    carried: DecimalText = Field(description="Carried by the platform: balance + unallocated = cost - tenant_charges")
     transfers: DecimalText
     platform_idle: DecimalText
     platform_dark_discount: DecimalText
@@ -264,8 +267,14 @@ class Statement(Out):
     currency: str
     sla_minutes: list[SlaMinutes]
     balance: Balance
-    balance_total: DecimalText
+    balance_total: DecimalText = Field(description="The platform balance (SPEC 5.5): the four balance lines")
     unallocated: Unallocated
+    carried_total: DecimalText = Field(
+        description="Carried by the platform: balance_total + unallocated amount, the part of cost_total billed to no "
+                    "tenant (the page's and the PDF's one figure)")
+    tenant_charges_total: DecimalText = Field(
+        description="Charged to tenants for capacity and use (lines 1-3, before SLA transfers and corrections): "
+                    "cost_total - carried_total")
     pools: list[PoolBalance]
     several_clusters: bool
     cost_total: DecimalText
