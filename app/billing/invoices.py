@@ -19,6 +19,8 @@ from app.billing.invoice_lines import (
     billing_dates,
     coverage,
     explain,
+    invoice_dates,
+    invoice_number,
     order_key,
     status_of,
 )
@@ -209,6 +211,8 @@ def tenant_invoice(view: PeriodView, tenant: str) -> dict:
         "tenant": tenant,
         "department": department,
         "currency": currency,
+        "invoice_number": invoice_number(view.period.month, tenant),
+        **invoice_dates(view.period, get_settings().tz),
         "billing_dates": billing_dates(view.period, get_settings().tz),
         "coverage": coverage(view.period),
         "clusters": sorted({line["cluster"] for line in explained} - {""}),

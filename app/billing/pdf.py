@@ -323,6 +323,7 @@ def _invoice_page(doc: _Doc, view: PeriodView, tenant: str) -> None:
     doc.add_page()
     # DRAFT first: a right-to-left tenant name must end the line, or bidi reordering moves the text around it.
     doc.heading(("" if inv["final"] else "DRAFT - ") + f"Invoice {period.month} - tenant {tenant}", 14)
+    doc.line_text(_identity(inv))
     doc.line_text(f"Department: {inv['department'] or '-'}    Status: {inv['status_label']}    Currency: {cur}")
     doc.line_text(f"Billing period: {dates['first_day']} to {dates['last_day']} ({dates['start_local']} to "
                   f"{dates['end_local']}, {dates['timezone']}, end exclusive)")
@@ -365,6 +366,16 @@ def _invoice_page(doc: _Doc, view: PeriodView, tenant: str) -> None:
                   f"Credits received: {money(inv['credits_received'], cur)}")
     doc.set_font("Helvetica", "B", 11)
     doc.cell(0, 8, _text(f"{inv['total_label']}: {money(inv['total'], cur)}"), new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+
+
+def _identity(inv: dict) -> str:
+    """The invoice's issue date, due date and number (a draft says it is neither issued nor due). The number ends
+    the line: a right-to-left tenant name in it must not reorder the dates around it."""
+    if not inv["final"]:
+        return f"Draft: not issued, not due    Invoice number: {inv['invoice_number']}"
+    due = (f"{inv['due_date']} ({inv['payment_terms_days']} days)" if inv["due_date"]
+           else "not recorded (finalized before payment terms were stored)")
+    return f"Issue date: {inv['issue_date']}    Due date: {due}    Invoice number: {inv['invoice_number']}"
 
 
 def _pool(row: dict, several_clusters: bool) -> str:

@@ -157,6 +157,13 @@ class Invoice(Out):
     tenant: str
     department: str
     currency: str
+    invoice_number: str = Field(description="CB-<period>-<tenant>: derived from the period and the tenant, never changes "
+                                            "(a draft shows the number it will be issued under)")
+    issue_date: str | None = Field(description="YYYY-MM-DD in the billing timezone: the day the period was finalized; "
+                                               "null for a draft")
+    payment_terms_days: int | None = Field(description="Days from issue to due date, as stored when the period was "
+                                                       "finalized; null for a draft or a period finalized before terms")
+    due_date: str | None = Field(description="issue_date + payment_terms_days (YYYY-MM-DD); null for a draft (not due)")
     billing_dates: BillingDates
     coverage: Coverage
     clusters: list[str] = Field(description="The clusters of the invoice's pools: one invoice spans every cluster")
