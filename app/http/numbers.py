@@ -1,4 +1,4 @@
-"""Number text shared by the pages (Jinja filters), the PDFs and the CLI: money, GPU-hours and exact figures.
+"""Number text shared by the pages (Jinja filters) and the PDFs: money, GPU-hours and exact figures.
 
 One place, so a page and the document it offers for download print a figure the same way (thousands
 separators, fixed decimals). CSV and FOCUS keep the plain exact figures: they are read by machines.
