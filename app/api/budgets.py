@@ -10,10 +10,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
-from app.api.schemas.budgets import BudgetIn, BudgetList, BudgetOut, BudgetStatus, CrossingOut, ForecastOut
+from app.api.schemas.budgets import BudgetIn, BudgetList, BudgetOut, BudgetStatus, CrossingOut, ForecastOut, OwedOut
 from app.auth.deps import CurrentUser, Finance, Principal, Staff
 from app.billing import budgets
 from app.billing.budget_models import BudgetScope
+from app.billing.owed import owed_so_far
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
 from app.core.timeutil import utcnow
@@ -66,7 +67,7 @@ def list_budgets(
 def get_tenant_budget(tenant: TenantPath, session: SessionDep, user: CurrentUser) -> BudgetStatus:
     """A tenant's budget (null when none is set), month-to-date cost and month-end forecast."""
     _visible(user, tenant)
-    return status_out(budgets.status_of(session=session, scope=TENANT, name=tenant), user)
+    return _read(session, TENANT, tenant, user)
 
 
 @router.put("/budgets/tenants/{tenant}")
@@ -103,7 +104,21 @@ def _put(session, scope: str, name: str, body: BudgetIn, user: Principal) -> Bud
     """Set the budget (field errors named as pydantic names them: body.thresholds.1), then read where it stands."""
     budgets.set_budget(session=session, scope=scope, name=name, amount=body.amount, thresholds=body.thresholds,
                        actor=user.name, paths=("body.amount", "body.thresholds"), index=lambda path, i: f"{path}.{i}")
-    return status_out(budgets.status_of(session=session, scope=scope, name=name), user)
+    return _read(session, scope, name, user)
+
+
+def _read(session, scope: str, name: str, user: Principal) -> BudgetStatus:
+    """Where one budget stands; a tenant's with what it owes so far (`owed`)."""
+    status = budgets.status_of(session=session, scope=scope, name=name)
+    out = status_out(status, user)
+    if scope == TENANT and status.forecast is not None:
+        o = owed_so_far(session=session, tenant=name, as_of=status.as_of, viewer=user)
+        out.owed = OwedOut(total=str(o.total), cost=str(o.cost), sla_penalties=str(o.sla_penalties),
+                           sla_credits=str(o.sla_credits),
+                           forecast_total=None if o.forecast_total is None else str(o.forecast_total),
+                           draft_total=None if o.draft_total is None else str(o.draft_total),
+                           draft_rated_at=o.draft_rated_at, draft_stale=o.draft_stale)
+    return out
 
 
 def _delete(session, scope: str, name: str, user: Principal) -> Response:

@@ -315,6 +315,10 @@ class Allocation:
     rows: list[Row]
     cluster: str = ""  # the cluster filter, "" for every cluster
     visible: frozenset[str] | None = None  # the tenants the rows cover (None: every tenant, a staff view)
+    # The SLA transfers of the same hours per tenant, which no row holds (they move money between tenants, so C
+    # is allocated without them): penalties paid (>= 0) and credits received (<= 0), as the invoice lines say.
+    sla_penalties: dict[str, Decimal] = field(default_factory=dict)
+    sla_credits: dict[str, Decimal] = field(default_factory=dict)
     total: Row = field(init=False)
 
     def __post_init__(self) -> None:
@@ -450,10 +454,15 @@ def _allocation(*, session: Session, window: DateRange, aggregate: str, viewer: 
     capacity = capacity_by_pool(session=session, start=window.start_utc, end=window.end_utc,
                                 cluster=cluster or None) if visible is None else None
     departments = departments_at(session, window.end_utc) if aggregate == "department" else {}
+    penalties: dict[str, Decimal] = defaultdict(lambda: ZERO)
+    credits: dict[str, Decimal] = defaultdict(lambda: ZERO)
+    for line in lines:
+        if line.kind in (LineKind.SLA_PENALTY, LineKind.SLA_CREDIT):
+            (penalties if line.kind == LineKind.SLA_PENALTY else credits)[line.account] += line.amount
     rows = build_rows(aggregate=aggregate, cells=cells, lines=lines, capacity=capacity, departments=departments,
                       quantum=cents(currency), clusters=clusters)
     return Allocation(window=window, aggregate=aggregate, tenant=tenant, currency=currency, months=months, rows=rows,
-                      cluster=cluster, visible=visible)
+                      cluster=cluster, visible=visible, sla_penalties=dict(penalties), sla_credits=dict(credits))
 
 
 # --- answers ---------------------------------------------------------------------------------------------

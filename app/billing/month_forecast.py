@@ -6,12 +6,18 @@ row). The forecast learns each tenant's hourly pattern from the same rating appl
 time (`hourly_costs`): rating prices every pool-hour on its own and a line is the sum of its hours,
 so the hours of a span add up to that span's lines before their one rounding. Nothing here prices
 anything itself.
+
+The hours to come are priced under the policy in effect now: the pattern is learned from the history's usage
+rated with the pricing of the version in effect at `as_of` (`priced_as`), so a price change (a new hosting
+rate, energy price, dark-time multiplier) moves the forecast from the hour it takes effect. The month-to-date
+cost and the chart's actual line stay what was billed, each hour at the prices of its own version. A history
+hour the new pricing cannot price (a GPU model it no longer lists) keeps its billed cost.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from itertools import groupby
@@ -31,10 +37,10 @@ from app.core.errors import AppError
 from app.core.settings import get_settings
 from app.core.timeutil import SECONDS_PER_HOUR, aware, epoch, floor_hour, from_epoch
 from app.metrics.date_ranges import DateRange
-from app.metrics.models import IngestHour, IngestStatus
+from app.metrics.models import IngestHour, IngestStatus, PoolHourRollup
 from app.metrics.usage_read import departments_at
-from app.policy.document import PLATFORM, UNALLOCATED
-from app.policy.service import active_document, data_version
+from app.policy.document import PLATFORM, UNALLOCATED, PolicyDocument
+from app.policy.service import active_document, active_version, data_version, load_document
 
 NOT_TENANTS = frozenset({PLATFORM, UNALLOCATED})
 ZERO = Decimal(0)
@@ -81,10 +87,13 @@ def _runs(hours: list[int]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in runs]
 
 
-def hourly_costs(*, session: Session, start: datetime, end: datetime) -> HourlyCosts:
+def hourly_costs(*, session: Session, start: datetime, end: datetime,
+                 priced_as: tuple[int, PolicyDocument] | None = None) -> HourlyCosts:
     """Every ingested hour of [start, end) rated on its own; a tenant's cost is its allocated lines' amounts.
 
     An hour whose GPUs have no price (rating refuses it) is left out of `observed`: unknown, not zero.
+    `priced_as`: (version id, document) whose pricing section replaces each hour's own (the rest of the hour's
+    policy, its pools, tenants and reservations, stays as it was); None: each hour at its own version's prices.
     """
     url = str(session.get_bind().engine.url)
     shared = isinstance(generation.cache_key(session), int)  # object() while this session holds uncommitted writes
@@ -97,8 +106,9 @@ def hourly_costs(*, session: Session, start: datetime, end: datetime) -> HourlyC
     stamps = {hour: tuple(sorted(rows)) for hour, rows in stamped.items()}
     found: dict[int, dict[str, Decimal] | None] = {}
     todo = []
+    priced_key = None if priced_as is None else priced_as[0]
     for hour, stamp in stamps.items():
-        fresh, hit = _HOURS.peek((url, hour)) if shared else (False, None)
+        fresh, hit = _HOURS.peek((url, hour, priced_key)) if shared else (False, None)
         if fresh and hit is not None and hit[0] == stamp:
             found[hour] = hit[1]
         else:
@@ -106,18 +116,61 @@ def hourly_costs(*, session: Session, start: datetime, end: datetime) -> HourlyC
     docs = DocumentCache(session)
     for first, last in _runs(sorted(todo)):
         pools = load_hours(session=session, start=from_epoch(first), end=from_epoch(last + SECONDS_PER_HOUR), docs=docs)
+        if priced_as is not None:
+            pools = _repriced(pools, priced_as[1])
         for hour, group in groupby(pools, key=lambda h: h.hour):
             found[hour] = _rate_hour(list(group))
     for hour in todo:
         found.setdefault(hour, {})  # ingested, no GPU in any pool: nothing to pay
         if shared:
-            _HOURS.put((url, hour), (stamps[hour], found[hour]))
+            _HOURS.put((url, hour, priced_key), (stamps[hour], found[hour]))
     by_tenant: dict[str, dict[int, Decimal]] = defaultdict(dict)
     for hour, costs in found.items():
         for tenant, cost in (costs or {}).items():
             by_tenant[tenant][hour] = cost
     observed = frozenset(h for h, costs in found.items() if costs is not None)
     return HourlyCosts(observed=observed, by_tenant=dict(by_tenant))
+
+
+def _repriced(pools, pricing_of: PolicyDocument):
+    """The pool-hours with `pricing_of`'s pricing section in their own policy documents (one copy per version)."""
+    copies: dict[int, PolicyDocument] = {}
+    for hour in pools:
+        doc = copies.get(hour.policy_version)
+        if doc is None:
+            doc = hour.policy if hour.policy.pricing == pricing_of.pricing else \
+                hour.policy.model_copy(update={"pricing": pricing_of.pricing})
+            copies[hour.policy_version] = doc
+        yield hour if doc is hour.policy else replace(hour, policy=doc)
+
+
+def _merged(billed: HourlyCosts, priced: HourlyCosts) -> HourlyCosts:
+    """`priced` where it could price an hour, else the billed cost; the hours observed are the billed ones."""
+    by_tenant: dict[str, dict[int, Decimal]] = defaultdict(dict)
+    for tenant, hours in billed.by_tenant.items():
+        for hour, cost in hours.items():
+            if hour not in priced.observed:
+                by_tenant[tenant][hour] = cost
+    for tenant, hours in priced.by_tenant.items():
+        for hour, cost in hours.items():
+            if hour in billed.observed:
+                by_tenant[tenant][hour] = cost
+    return HourlyCosts(observed=billed.observed, by_tenant=dict(by_tenant))
+
+
+def _pricing_in_effect(session: Session, start: datetime, end: datetime,
+                       at: datetime) -> tuple[int, PolicyDocument] | None:
+    """(id, document) of the version in effect at `at` when an hour of [start, end) was priced otherwise; None when
+    every hour's version has the same pricing (nothing to price again)."""
+    version = active_version(session=session, at=at)
+    if version is None:
+        return None
+    doc, docs = load_document(version), DocumentCache(session)
+    used = session.execute(select(PoolHourRollup.policy_version_id).distinct()
+                           .where(PoolHourRollup.hour >= start, PoolHourRollup.hour < end)).scalars()
+    if all(docs.get(version_id).pricing == doc.pricing for version_id in used):
+        return None
+    return version.id, doc
 
 
 @dataclass
@@ -132,14 +185,16 @@ class MonthForecasts:
     tenants: dict[str, Forecast] = field(default_factory=dict)
     departments: dict[str, Forecast] = field(default_factory=dict)
     department_of: dict[str, str] = field(default_factory=dict)  # tenant -> department
-    costs: HourlyCosts = field(default_factory=lambda: HourlyCosts(frozenset(), {}))
+    costs: HourlyCosts = field(default_factory=lambda: HourlyCosts(frozenset(), {}))  # as billed
+    priced: HourlyCosts = field(default_factory=lambda: HourlyCosts(frozenset(), {}))  # at the prices in effect now
     error: str | None = None  # why there is no forecast (a GPU model without a price)
 
     def tenant_costs(self, tenant: str) -> dict[int, Decimal]:
         return self.costs.by_tenant.get(tenant, {})
 
-    def department_costs(self, department: str) -> dict[int, Decimal]:
-        return _sum_series(self.costs.by_tenant.get(t, {}) for t, d in self.department_of.items() if d == department)
+    def department_costs(self, department: str, costs: HourlyCosts | None = None) -> dict[int, Decimal]:
+        by_tenant = (costs or self.costs).by_tenant
+        return _sum_series(by_tenant.get(t, {}) for t, d in self.department_of.items() if d == department)
 
 
 def _sum_series(series) -> dict[int, Decimal]:
@@ -172,6 +227,16 @@ def month_forecasts(*, session: Session, as_of: datetime, month: str | None = No
     return _ANSWERS.get(key, lambda: _month_forecasts(session=session, month=month, as_of=as_of))
 
 
+def month_to_date(period, until: datetime) -> DateRange | None:
+    """The days of `period` (a billing month) up to the hour `until`, as the allocation explorer reads them; None
+    before the month starts."""
+    if until <= period.start:
+        return None
+    tz = get_settings().tz
+    return DateRange(start=period.start.astimezone(tz).date(), end=(until - timedelta(seconds=1)).astimezone(tz).date(),
+                     tz=tz)
+
+
 def _month_to_date(session: Session, window: DateRange | None, aggregate: str) -> tuple[str | None, dict[str, Decimal]]:
     """(currency, cost per tenant or department) over the month's days so far: the allocation's allocated rows."""
     if window is None:
@@ -184,34 +249,35 @@ def _month_forecasts(*, session: Session, month: str, as_of: datetime) -> MonthF
     tz = get_settings().tz
     period = parse_period(month)
     until = min(as_of, period.end)  # a month that has ended: every hour is known or missing
-    window = None
-    if until > period.start:
-        window = DateRange(start=period.start.astimezone(tz).date(),
-                           end=(until - timedelta(seconds=1)).astimezone(tz).date(), tz=tz)
+    window = month_to_date(period, until)
     answer = MonthForecasts(month=month, start=period.start, end=period.end, as_of=until, currency="USD")
     try:
         currency, tenant_mtd = _month_to_date(session, window, "tenant")
         _, department_mtd = _month_to_date(session, window, "department")
         departments = departments_at(session, period.end)
-        costs = hourly_costs(session=session, start=min(period.start, until - timedelta(days=HISTORY_DAYS)), end=until)
+        history = dict(session=session, start=min(period.start, until - timedelta(days=HISTORY_DAYS)), end=until)
+        costs = priced = hourly_costs(**history)
+        in_effect = _pricing_in_effect(session, history["start"], until, until) if until < period.end else None
+        if in_effect is not None:
+            priced = _merged(costs, hourly_costs(**history, priced_as=in_effect))
     except AppError as exc:  # a GPU model without a price, two currencies in a month: rating refuses, so do we
         answer.error = exc.detail
         return answer
     except ValueError as exc:  # a stored policy document that no longer parses: pages must still render
         answer.error = f"the policy in effect cannot be read ({type(exc).__name__})"
         return answer
-    answer.costs = costs
+    answer.costs, answer.priced = costs, priced
     answer.currency = currency or _currency_of(session, until)
     answer.department_of = {t: d for t, d in departments.items() if t not in NOT_TENANTS}
     quantum = cents(answer.currency)
     common = dict(observed=costs.observed, month_start=epoch(period.start), month_end=epoch(period.end),
                   as_of=epoch(until), tz=tz, quantum=quantum)
-    tenants = (set(answer.department_of) | set(tenant_mtd) | set(costs.by_tenant)) - NOT_TENANTS
+    tenants = (set(answer.department_of) | set(tenant_mtd) | set(priced.by_tenant)) - NOT_TENANTS
     for tenant in sorted(tenants):
-        answer.tenants[tenant] = forecast_month(costs=costs.by_tenant.get(tenant, {}),
+        answer.tenants[tenant] = forecast_month(costs=priced.by_tenant.get(tenant, {}),
                                                 actual=tenant_mtd.get(tenant, ZERO), **common)
     for department in sorted(set(answer.department_of.values()) | set(department_mtd)):
-        answer.departments[department] = forecast_month(costs=answer.department_costs(department),
+        answer.departments[department] = forecast_month(costs=answer.department_costs(department, priced),
                                                         actual=department_mtd.get(department, ZERO), **common)
     return answer
 

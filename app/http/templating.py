@@ -17,6 +17,8 @@ from starlette.responses import Response
 
 from app.core.errors import AppError
 from app.core.resources import resource_path
+from app.core.settings import get_settings
+from app.core.timeutil import aware
 from app.http import numbers
 from app.http.htmx import is_htmx
 from app.http.numbers import exact_number
@@ -36,6 +38,13 @@ def _minutes(value: Any) -> str:
     return "–" if value is None else f"{Decimal(str(value)).quantize(Decimal(1), ROUND_HALF_UP):,f}"
 
 
+def _when(value: Any) -> str:
+    """An instant on pages: minutes in the billing time zone, named ("2026-12-03 08:18 CET"); naive values are UTC."""
+    if value is None:
+        return "–"
+    return aware(value).astimezone(get_settings().tz).strftime("%Y-%m-%d %H:%M %Z")
+
+
 def merge_query(query: dict, **changes) -> str:
     """A query string: `query` with `changes` applied and empty values dropped (a Jinja filter)."""
     merged = {**query, **changes}
@@ -48,6 +57,7 @@ templates.env.filters["merge_query"] = merge_query
 templates.env.filters["pct"] = _pct
 templates.env.filters["money"] = numbers.money
 templates.env.filters["minutes"] = _minutes
+templates.env.filters["when"] = _when
 templates.env.filters["exact"] = lambda value, trim=True: exact_number(value, trim=trim)
 
 

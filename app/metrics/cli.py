@@ -207,8 +207,9 @@ def doctor(
         configs = [c for c in prometheus_clusters(settings) if names is None or c.name in names]
         unread = sorted(set(names or ()) - {c.name for c in configs})
         if unread:
-            raise typer.BadParameter(f"cluster {', '.join(unread)} is the built-in simulator: nothing to check",
-                                     param_hint="--cluster")
+            raise typer.BadParameter(f"cluster {', '.join(unread)} is the built-in simulator, which has no Prometheus "
+                                     "to check: give the cluster a url in CHARGEBACK_CLUSTERS, or check a Prometheus "
+                                     "with --url", param_hint="--cluster")
         if not configs:
             raise typer.BadParameter("no Prometheus to check: pass --url, or set CHARGEBACK_PROMETHEUS_URL or "
                                      "CHARGEBACK_CLUSTERS", param_hint="--url")

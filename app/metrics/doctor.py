@@ -6,6 +6,10 @@ exporter identity from the same settings) and the same bucket arithmetic as SLA 
 (`app.metrics.histograms`), and reports findings: what each does to the bill and how to fix it.
 Severity `error` means the bill would be wrong or incomplete (the command exits non-zero);
 `warning` means the portal copes but something is degraded; `info` describes the install.
+
+Every finding carries a next step (`fix`), and where the portal has a page for it a `link` to that page.
+Finding text marks setting names, labels and commands with backticks, which the CLI prints as they are and a
+page shows as code (`spans`); details are plain sentences and lists, never a Python or JSON structure.
 """
 
 from __future__ import annotations
@@ -51,7 +55,9 @@ class Finding:
     title: str
     detail: str
     bill: str
-    fix: str = ""
+    fix: str
+    link: str = ""  # a portal page where the next step is taken ("" when the step is outside the portal)
+    link_text: str = ""
 
 
 @dataclass
@@ -80,10 +86,33 @@ class Report:
         return out
 
 
-def _names(items: Iterable[str]) -> str:
+LIVE_FLEET = ("/fleet/live", "See every unit on Live fleet")
+POLICY_CHANGE = ("/policy/changes/new", "Propose a policy change")
+
+
+def _names(items: Iterable[str], *, code: bool = False) -> str:
+    """At most SHOWN names, sorted, "and N more" after them; `code` marks each as code (a metric, a label)."""
     items = sorted(set(items))
-    shown = ", ".join(items[:SHOWN])
+    shown = ", ".join(f"`{n}`" if code else n for n in items[:SHOWN])
     return shown + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
+
+
+def _counts(counts: Counter) -> str:
+    """Counts as words ("2 × 3g.40gb, 1 × 1g.10gb"), most first, then by name."""
+    return ", ".join(f"{n} × {name or '(none)'}" for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def spans(text: str) -> list[tuple[str, bool]]:
+    """`text` as (part, is_code) pairs: the parts between backticks are code (a setting, a label, a command)."""
+    parts = text.split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: not markup
+        return [(text, False)]
+    return [(part, i % 2 == 1) for i, part in enumerate(parts) if part]
+
+
+def detail_lines(text: str) -> list[str]:
+    """A finding's detail as the list it enumerates (its "; "-separated parts), for a page to show one per line."""
+    return [part.strip() for part in text.split("; ") if part.strip()]
 
 
 def _could_not_read(report: Report, what: str, exc: AppError, bill: str) -> None:
@@ -155,9 +184,11 @@ def _inventory(report: Report, reader: PromReader, start: float, at: float) -> N
     ksm = sorted(n for n in names if n.startswith("kube_"))
     report.summary.update(dcgm_metrics=len(dcgm), vllm_metrics=len(vllm))
     report.add("series-found", INFO, f"{len(dcgm)} dcgm-exporter and {len(vllm)} vLLM metrics",
-               f"DCGM: {_names(dcgm) or 'none'}; vLLM: {_names(vllm) or 'none'}; kube-state-metrics: {_names(ksm) or 'none'}",
+               f"DCGM: {_names(dcgm, code=True) or 'none'}; vLLM: {_names(vllm, code=True) or 'none'}; "
+               f"kube-state-metrics: {_names(ksm, code=True) or 'none'}",
                "occupancy, activity and energy come from the DCGM metrics; dark time and breaches from the serving "
-               "metrics; kube-state-metrics only maps exporter pods to nodes and shows GPUs requested")
+               "metrics; kube-state-metrics only maps exporter pods to nodes and shows GPUs requested",
+               "none needed; the other findings name any metric the bill needs and the store lacks", *LIVE_FLEET)
 
 
 def _pod_nodes(report: Report, reader: PromReader, series: list[dict], start: float, at: float,
@@ -196,7 +227,7 @@ def _style(report: Report, series: list[dict]) -> None:
                          "none needed; if the exporter runs under another container/pod name, give it in "
                          "CHARGEBACK_EXPORTER_CONTAINERS / CHARGEBACK_EXPORTER_POD_REGEX (see `exporter-pod-billed`)"),
         "static": ("plain pod/namespace/container labels (static scrape or honor_labels)",
-                   "the workload's labels as the exporter prints them; free GPUs have none", ""),
+                   "the workload's labels as the exporter prints them; free GPUs have none", "none needed"),
         "legacy-empty": ("old exporter label names or empty pod labels",
                          "pod_name/pod_namespace/container_name (dcgm-exporter's old names, `--use-old-namespace`) or "
                          "empty strings are read like the current names",
@@ -206,8 +237,9 @@ def _style(report: Report, series: list[dict]) -> None:
     spellings = Counter("Hostname" if "Hostname" in m else "hostname" if "hostname" in m else "none" for m in series)
     if len([k for k in spellings if k != "none"]) > 1:
         report.add("host-label", INFO, "both `Hostname` and `hostname` in use",
-                   f"series per spelling: {dict(sorted(spellings.items()))}",
-                   "both spellings are read; nothing changes on the bill")
+                   f"series per spelling: {_counts(spellings)}",
+                   "both spellings are read; nothing changes on the bill",
+                   "none needed; for one spelling in dashboards, upgrade the older exporters (3.x prints `Hostname`)")
 
 
 def _intervals(report: Report, occupancy: list) -> None:
@@ -258,12 +290,15 @@ def _units(report: Report, series: list[dict], exporter: ExporterIdentity, own_p
                           mig_units=len(mig), vgpu_units=len(vgpu), units_without_pod=len(free))
     if mig:
         profiles = Counter(m["GPU_I_PROFILE"] for m in series if m.get("GPU_I_PROFILE"))
-        report.add("mig", INFO, f"{len(mig)} MIG instances", f"profiles: {dict(sorted(profiles.items()))}",
-                   "each instance is billed as its share of the GPU (k/7 of compute slices, k/4 on A30)")
+        report.add("mig", INFO, f"{len(mig)} MIG instances", f"profiles: {_counts(profiles)}",
+                   "each instance is billed as its share of the GPU (k/7 of compute slices, k/4 on A30)",
+                   "none needed; Live fleet compares the running layout with the policy's (`isolation.mig`)",
+                   *LIVE_FLEET)
     if vgpu:
         report.add("vgpu", INFO, f"{len(vgpu)} time-sliced replicas (`vgpu` label)",
                    "dcgm-exporter runs with --kubernetes-virtual-gpus",
-                   "each replica is a share of its GPU; the GPU is never billed above its capacity")
+                   "each replica is a share of its GPU; the GPU is never billed above its capacity",
+                   "none needed", *LIVE_FLEET)
     if units and len(free) == len(units):
         report.add("no-pod-labels", ERROR, "no unit carries a workload's pod labels",
                    f"all {len(units)} units are free or held only by the exporter itself",
@@ -273,7 +308,8 @@ def _units(report: Report, series: list[dict], exporter: ExporterIdentity, own_p
     elif free:
         report.add("free-units", INFO, f"{len(free)} of {len(units)} units have no pod right now",
                    "free GPUs, or GPUs held only by the exporter's own pod labels",
-                   "counted as idle capacity (platform balance), never as use")
+                   "counted as idle capacity (platform balance), never as use",
+                   "none needed if those GPUs are really free; Live fleet shows which they are", *LIVE_FLEET)
     return units, hosts
 
 
@@ -363,7 +399,7 @@ def _hosts(report: Report, series: list[dict], hosts: dict, known_pods: dict, po
     if policy is None:
         report.add("no-policy", WARNING, "no policy to compare against", "no active policy version was given",
                    "nodes, namespaces and SLA red lines are not checked",
-                   "import one (`chargeback policy import`) or pass --policy FILE")
+                   "import one (`chargeback policy import`) or pass --policy FILE", "/policy", "Open Policy")
         return
     outside = {h for h in hosts if h and policy.pool_for_node(h) is None}
     if outside:
@@ -372,7 +408,7 @@ def _hosts(report: Report, series: list[dict], hosts: dict, known_pods: dict, po
                    f"{_names(outside)} ({gpus} GPUs)",
                    "their GPUs go to the `unpooled` pool: use shown, never priced; closing the period needs them "
                    "assigned or accepted with a reason",
-                   "add them to a pool's `pools[].nodes` in the policy (a change request)")
+                   "add them to a pool's `pools[].nodes` in the policy (a change request)", *POLICY_CHANGE)
 
 
 def _namespaces(report: Report, units: dict, policy: PolicyDocument | None) -> None:
@@ -384,7 +420,7 @@ def _namespaces(report: Report, units: dict, policy: PolicyDocument | None) -> N
         report.add("unclaimed-namespaces", ERROR, f"{len(unclaimed)} namespace(s) no tenant claims",
                    ", ".join(f"{ns or '(empty)'} ({n} units)" for ns, n in sorted(unclaimed.items())[:SHOWN]),
                    "their use is billed to the platform as `unallocated`, not to a tenant",
-                   "add the namespace to a tenant's `tenants[].namespaces` in the policy")
+                   "add the namespace to a tenant's `tenants[].namespaces` in the policy", *POLICY_CHANGE)
 
 
 def _time_slicing(report: Report, reader: PromReader, at: float, units: dict, hosts: dict,
@@ -428,7 +464,7 @@ def _exporter_gaps(report: Report, reader: PromReader, start: float, at: float, 
         models = Counter(gpus[g] for g in no_prof)
         geforce = all(any(k in model for k in GEFORCE) for model in models)
         report.add("no-prof", ERROR if no_prof & mig_gpus else INFO if geforce else WARNING,
-                   f"{len(no_prof)} GPU(s) without {PROF}", f"models: {dict(sorted(models.items()))}",
+                   f"{len(no_prof)} GPU(s) without `{PROF}`", f"models: {_counts(models)}",
                    "MIG instances report occupancy only through PROF metrics: without them their use is lost"
                    if no_prof & mig_gpus else
                    "occupancy still comes from GPU_UTIL; efficiency (engine activity) is not reported for them",
@@ -449,7 +485,7 @@ def _exporter_gaps(report: Report, reader: PromReader, start: float, at: float, 
     if no_energy:
         no_power = no_energy - has[POWER]
         report.add("no-energy", WARNING, f"{len(no_energy)} GPU(s) without the energy counter",
-                   f"{ENERGY} missing; {len(no_power)} of them report no {POWER} either",
+                   f"`{ENERGY}` missing; {len(no_power)} of them report no `{POWER}` either",
                    "their energy cost uses mean power, else the model's `default_power_watts` from the policy",
                    "list DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (counter) in the exporter's metrics CSV")
 
@@ -468,18 +504,19 @@ def _services(report: Report, reader: PromReader, at: float, policy: PolicyDocum
             continue
         if not requests and not buckets:
             report.add("no-serving-metrics", ERROR, f"{sla.service}: no serving metrics",
-                       f"neither {sla.requests} nor {sla.latency_histogram} has a sample",
+                       f"neither `{sla.requests}` nor `{sla.latency_histogram}` has a sample",
                        "every minute counts as idle: co-located training is billed at the dark-time price and no "
                        "breach is ever charged",
-                       "scrape the serving pods (a PodMonitor on vLLM's /metrics), or fix the selectors in `sla[]`")
+                       "scrape the serving pods (a PodMonitor on vLLM's /metrics), or fix the selectors in `sla[]`",
+                       *POLICY_CHANGE)
             continue
         bounds = histograms.boundaries(m.get("le", "") for m, _ in buckets)
         red = Decimal(sla.p99_ms) / 1000
         if not bounds:
             report.add("no-buckets", ERROR, f"{sla.service}: no latency buckets",
-                       f"{sla.latency_histogram} has no series with an `le` label",
+                       f"`{sla.latency_histogram}` has no series with an `le` label",
                        "no minute can be judged: no breach is ever billed",
-                       "point `sla[].latency_histogram` at the `_bucket` series")
+                       "point `sla[].latency_histogram` at the `_bucket` series", *POLICY_CHANGE)
         elif not red_lines.resolvable(bounds, red):
             below, above = red_lines.nearest_boundaries(bounds, red)
             near = " and ".join(f"{(b * 1000).normalize():f} ms" for b in (below, above) if b is not None)
@@ -487,4 +524,5 @@ def _services(report: Report, reader: PromReader, at: float, policy: PolicyDocum
                        f"buckets (s): {', '.join(f'{b:g}' for b in bounds[:12])}{' ...' if len(bounds) > 12 else ''}; "
                        f"nearest boundaries: {near}",
                        "minutes whose P99 falls in the bucket around the red line are unresolved: shown, never billed",
-                       f"set `sla[].p99_ms` to a boundary ({near}), or add a bucket at {red.normalize():f} s to the histogram")
+                       f"set `sla[].p99_ms` to a boundary ({near}), or add a bucket at {red.normalize():f} s to the histogram",
+                       *POLICY_CHANGE)

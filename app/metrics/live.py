@@ -155,13 +155,53 @@ class LiveNode:
     drift: list[str] = field(default_factory=list)  # GPU indices whose observed layout differs from the policy's
 
 
+@dataclass(frozen=True)
+class PoolState:
+    """What a pool is doing now, named by what it means for the bill."""
+
+    key: str  # unpooled | idle | no-reservation | serving | dark
+    label: str
+    meaning: str
+
+
 @dataclass
 class LivePool:
     name: str
-    dark: bool | None  # None: the pool has no reservation (unpooled)
+    dark: bool | None  # this minute is dark time (SPEC 4); None: unpooled, no pool to be dark
     units: int = 0
     occupied: int = 0
     gpus: int = 0
+    reserved_fraction: Decimal = Decimal(0)
+    sla_services: int = 0  # the policy's SLA services in this pool
+    inference_active: bool | None = None  # any of them above the idle threshold now; None: no SLA service
+    dark_multiplier: Decimal | None = None
+
+    @property
+    def state(self) -> PoolState:
+        return pool_state(self)
+
+
+def pool_state(pool: LivePool) -> PoolState:
+    """The pool's state from what is measured now: units occupied, its SLA services' traffic, its reservation.
+
+    No unit occupied is idle whatever the traffic says; a pool that neither reserves capacity nor has an SLA
+    service has no dark time, so it is never "busy" or "dark" (SPEC 4, dark time). Pure.
+    """
+    if pool.dark is None:
+        return PoolState("unpooled", "Unpooled", "no pool names these nodes: no reservation, use shown but never priced")
+    if pool.occupied == 0:
+        traffic = " though its SLA services report requests" if pool.inference_active else ""
+        return PoolState("idle", "Idle", f"no unit is occupied{traffic}: nothing is billed as use this minute")
+    if pool.sla_services == 0 and pool.reserved_fraction == 0:
+        return PoolState("no-reservation", "In use, no reservation",
+                         "no inference reserve and no SLA service: every GPU-second is billed at the full rate")
+    rate = f" (× {pool.dark_multiplier.normalize():f})" if pool.dark_multiplier is not None else ""
+    if pool.dark:
+        why = ("its SLA services are idle" if pool.sla_services else
+               "it reserves capacity for inference but names no SLA service to watch")
+        return PoolState("dark", "Dark time", f"{why}: training and preprocessing here pay the dark-time rate{rate}")
+    return PoolState("serving", "Inference serving",
+                     "its SLA services are taking requests: training and preprocessing here pay the full rate")
 
 
 @dataclass
@@ -173,6 +213,29 @@ class LiveService:
     bucket: tuple[Decimal, Decimal] | None
     red_line_ms: Decimal
     requests_in_window: float | None
+
+    @property
+    def p99_text(self) -> str:
+        """P99 as a number: at most the upper bound of its bucket ("≤ 300 ms"), above the last finite one ("> 5,000 ms")."""
+        if self.bucket is None:
+            return ""
+        lower, upper = self.bucket
+        return f"> {_ms(lower)} ms" if upper.is_infinite() else f"≤ {_ms(upper)} ms"
+
+    @property
+    def bucket_text(self) -> str:
+        """The histogram bucket that holds P99 ("(0 ms, 300 ms]"), the footnote to `p99_text`; each bound carries
+        its unit so that a thousands separator never reads as the interval's comma ("(5,000 ms, ∞)")."""
+        if self.bucket is None:
+            return ""
+        lower, upper = self.bucket
+        return f"({_ms(lower)} ms, ∞)" if upper.is_infinite() else f"({_ms(lower)} ms, {_ms(upper)} ms]"
+
+    @property
+    def verdict_text(self) -> str:
+        """The state against the red line, in words."""
+        return {"breach": "over the red line", "clear": "within the red line",
+                "unresolved": "unresolved"}.get(self.state, self.state)
 
 
 @dataclass
@@ -287,10 +350,7 @@ def live_fleet(reading: LiveReading, policy: PolicyDocument,
     for node in nodes.values():
         pool = pools.get(node.pool)
         if pool is None:
-            dark = None
-            if policy.pool(node.pool) is not None:
-                dark = minute in dark_minutes(batch, hour=hour_of(minute), policy=policy, pool=node.pool)
-            pool = pools[node.pool] = LivePool(name=node.pool, dark=dark)
+            pool = pools[node.pool] = _live_pool(policy, node.pool, batch, minute)
         pool.gpus += len(node.gpus)
         for gpu in node.gpus:
             pool.units += len(gpu.units)
@@ -307,6 +367,23 @@ def live_fleet(reading: LiveReading, policy: PolicyDocument,
     return LiveFleet(at=reading.at, newest_sample=max(stamps) if stamps else None, nodes=list(nodes.values()),
                      pools=sorted(pools.values(), key=lambda p: p.name), services=services,
                      memory_by_tenant=dict(memory), queries=reading.queries)
+
+
+def _live_pool(policy: PolicyDocument, name: str, batch: SourceBatch, minute: int) -> LivePool:
+    """A pool's reservation and its inference traffic this minute (the dark-time rule of attribution)."""
+    definition = policy.pool(name)
+    if definition is None:
+        return LivePool(name=name, dark=None)
+    dark = minute in dark_minutes(batch, hour=hour_of(minute), policy=policy, pool=name)
+    slas = policy.slas_for_pool(name)
+    return LivePool(name=name, dark=dark, reserved_fraction=definition.reserved_fraction, sla_services=len(slas),
+                    inference_active=(not dark) if slas else None,
+                    dark_multiplier=policy.pricing.dark_time_multiplier)
+
+
+def _ms(seconds: Decimal) -> str:
+    """Seconds as milliseconds with thousands separators and no trailing zeros: 0.3 -> "300", 0.0025 -> "2.5"."""
+    return f"{(seconds * 1000).normalize():,f}"
 
 
 def _num(text: str) -> tuple:

@@ -1,5 +1,6 @@
-"""Per-unit read side (unit_hour): occupancy of a pool's GPUs or of one GPU's MIG instances per hour or day,
-and the inference tenants' stored FB_USED peaks (memory headroom against the reserve)."""
+"""Per-unit read side (unit_hour): occupancy of a pool's GPUs or of one GPU's MIG instances per hour or day, the
+last hours of every unit of a cluster (the live view's charts), and the inference tenants' stored FB_USED peaks
+(memory headroom against the reserve)."""
 
 from __future__ import annotations
 
@@ -155,3 +156,38 @@ def tenant_memory_peaks(*, session: Session, until: datetime, window: timedelta 
     for (_, tenant), mib in per_hour.items():
         peaks[tenant] = max(peaks.get(tenant, 0.0), mib)
     return peaks
+
+
+RECENT_HOURS = 12
+
+
+@dataclass
+class RecentUnits:
+    """The last hours of every unit of a cluster: the hours (UTC, oldest first) and, per (node, GPU UUID, GPU
+    instance), each hour's occupancy (None where the hour holds no row for the unit) and its holder tenants."""
+
+    hours: list[datetime]
+    occupancy: dict[tuple[str, str, str], list[Decimal | None]]
+    tenants: dict[tuple[str, str, str], list[str]]
+
+
+def recent_units(*, session: Session, cluster: str, end: datetime, hours: int = RECENT_HOURS) -> RecentUnits:
+    """Occupancy per unit (a whole GPU, or each MIG instance) of the `hours` hours before `end` (an hour boundary)."""
+    end = aware(end)
+    slots = [end - timedelta(hours=hours - i) for i in range(hours)]
+    index = {h: i for i, h in enumerate(slots)}
+    rows = session.exec(
+        select(U.node, U.gpu_uuid, U.gpu_instance, U.hour, U.gpu_seconds, U.capacity_gpu_seconds, U.tenants)
+        .where(U.cluster == cluster, U.hour >= slots[0], U.hour < end)
+    )
+    occupancy: dict[tuple[str, str, str], list[Decimal | None]] = {}
+    tenants: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    for node, uuid, instance, hour, seconds, capacity, holders in rows:
+        key = (node, uuid, instance)
+        values = occupancy.setdefault(key, [None] * hours)
+        if capacity:
+            values[index[aware(hour)]] = min(Decimal(1), Decimal(seconds or 0) / Decimal(capacity))
+        for tenant in (holders or "").split(","):
+            if tenant and tenant not in tenants[key]:
+                tenants[key].append(tenant)
+    return RecentUnits(hours=slots, occupancy=occupancy, tenants={k: sorted(v) for k, v in tenants.items()})

@@ -14,6 +14,7 @@ from app.billing import budgets
 from app.billing.budget_models import BudgetScope
 from app.billing.forecast import daily_path
 from app.billing.month_forecast import month_forecasts
+from app.billing.owed import owed_so_far
 from app.core.deps import SessionDep
 from app.core.errors import FieldError, Invalid
 from app.core.settings import get_settings
@@ -115,7 +116,9 @@ def tenant_card(*, session, tenant: str, klass: str) -> dict:
         budget = status.budget.amount if status.comparable else None
         chart = budget_chart(points, klass=klass, budget=budget,
                              thresholds=status.budget.threshold_list if budget is not None else [])
-    return {"budget_status": status, "budget_chart": chart}
+    # what the tenant owes so far (the cost above plus the SLA transfers), and the draft invoice beside it
+    owed = owed_so_far(session=session, tenant=tenant, as_of=status.as_of, viewer=None)
+    return {"budget_status": status, "budget_chart": chart, "owed": owed}
 
 
 def overview_panel(*, session, user: Principal) -> dict:

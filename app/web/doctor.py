@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from app.auth.deps import Admin
+from app.auth.deps import Admin, Principal
 from app.core.clusters import ClusterConfig
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
@@ -32,6 +33,15 @@ def doctor_target(cluster: str | None = None) -> ClusterConfig | str | None:
     return next(iter(prometheus_clusters(settings)), None)
 
 
+def doctor_href(principal: Principal | None, cluster: str | None = None) -> str | None:
+    """The doctor's page for a link from another page: admins only (as the page itself), on `cluster` when that
+    cluster is read from Prometheus (else the page's first such cluster, or its steps to configure one)."""
+    if principal is None or "admin" not in principal.roles:
+        return None
+    config = get_settings().cluster(cluster) if cluster else None
+    return f"/admin/doctor?cluster={quote(config.name)}" if config is not None and config.url else "/admin/doctor"
+
+
 @router.get("/admin/doctor")
 def doctor_page(request: Request, session: SessionDep, admin: Admin,
                 target: Annotated[ClusterConfig | str | None, Depends(doctor_target)]) -> Response:
@@ -50,4 +60,5 @@ def doctor_page(request: Request, session: SessionDep, admin: Admin,
     findings = sorted(report.findings, key=lambda f: order[f.severity]) if report else []
     clusters = [c.name for c in prometheus_clusters(get_settings())]
     return render(request, "admin/doctor.html", {"title": "Doctor", "report": report, "findings": findings,
-                                                 "clusters": clusters if len(clusters) > 1 else []})
+                                                 "clusters": clusters if len(clusters) > 1 else [],
+                                                 "spans": doctor.spans, "detail_lines": doctor.detail_lines})

@@ -22,6 +22,7 @@ from app.policy.service import active_document, data_version
 from app.review.impact import capacity_impact
 from app.web import heat
 from app.web.date_range_picker import range_context, resolve
+from app.web.doctor import doctor_href
 
 router = APIRouter(include_in_schema=False)
 # Per-unit aggregates of a long range scan every unit-hour of a pool: kept per (range, level, data version) for
@@ -129,7 +130,7 @@ def fleet(request: Request, session: SessionDep, user: Staff, start: date | None
         "mig_rows": impact["mig"] if impact else [],
         "memory_rows": impact["memory"] if impact else [],
         "reserve": doc.isolation.inference if doc else None,
-        "cluster": cluster, "clusters": names if several else [],
+        "cluster": cluster, "clusters": names if several else [], "doctor_href": doctor_href(user, cluster),
         "cluster_links": [{"name": c or "All", "href": _link(rc, cluster=c), "current": (c or None) == cluster}
                           for c in ["", *names]] if several else [],
         **range_context(request, rc, keep={"pool": pool or "", "gpu": gpu or "", "cluster": cluster or ""}),

@@ -1,5 +1,6 @@
-"""The heatmap's colour scale: continuous (interpolated between ColorBrewer "Blues" stops), with the cell text
-colour picked by the background's luminance so every label meets WCAG AA (4.5:1) whatever the value."""
+"""The fleet's charts: the heatmap's colour scale (continuous, interpolated between ColorBrewer "Blues" stops, with
+the cell text colour picked by the background's luminance so every label meets WCAG AA (4.5:1) whatever the
+value), and the live view's per-unit bars of the last hours."""
 
 from __future__ import annotations
 
@@ -53,3 +54,33 @@ def legend_gradient() -> str:
     """A CSS linear-gradient showing the same scale as the cells."""
     steps = ", ".join(f"{colour(p / 100)} {p}%" for p in range(0, 101, 10))
     return f"linear-gradient(to right, {steps})"
+
+
+# The live view's per-unit chart of the last hours: one bar per hour, drawn as two SVG paths per unit (the ingested
+# hours' slots, then the occupied part of each) so that 1,000 GPUs x 12 hours stay two elements per table row.
+BAR_W, BAR_GAP, BAR_H = 7, 1, 22
+
+
+def hour_bars(values: list) -> dict[str, str]:
+    """SVG path data for `values` (occupancy in [0, 1] per hour, None = not ingested): `slots` (every ingested hour,
+    full height, so 0 % shows as an empty slot and a missing hour as none) and `bars` (each hour's occupied part)."""
+    slots, bars = [], []
+    for i, v in enumerate(values):
+        if v is None:
+            continue
+        x = i * (BAR_W + BAR_GAP)
+        slots.append(f"M{x},0h{BAR_W}v{BAR_H}h-{BAR_W}z")
+        h = round(float(min(1, max(0, v))) * BAR_H, 1)
+        if h > 0:
+            bars.append(f"M{x},{BAR_H}v-{h}h{BAR_W}v{h}z")
+    return {"slots": "".join(slots), "bars": "".join(bars), "width": len(values) * (BAR_W + BAR_GAP) - BAR_GAP,
+            "height": BAR_H}
+
+
+def hours_text(values: list, hours: list, tz) -> str:
+    """The chart in words, hour by hour ("13:00 85 %, 14:00 not ingested, …"): its title and accessible name."""
+    parts = []
+    for v, h in zip(values, hours):
+        at = h.astimezone(tz).strftime("%H:00")
+        parts.append(f"{at} not ingested" if v is None else f"{at} {float(v) * 100:.0f} %")
+    return ", ".join(parts)

@@ -70,6 +70,29 @@ def test_hours_not_ingested_are_forecast_not_counted_as_zero(session):
     assert f.month_end == D("967.20")  # the missing day is expected like any other
 
 
+def test_the_hours_to_come_are_priced_under_the_policy_in_effect(session):
+    """A100 hosting 0.20 -> 0.25 an hour from the forecast's hour on: C = 1.00 + 0.25 + 0.10 = 1.35 per GPU-hour (SPEC
+    5), and every tenant's hour is linear in C, so the rest of the month costs 1.35/1.30 of the history's hours while
+    the month to date stays billed at 1.30. (Priced at the history's own prices, vision's month end was 967.20.)"""
+    v1 = store_policy(session, effective_from=datetime(2026, 8, 1, tzinfo=UTC))
+    fill_month(session, "2026-09", v1.id)
+    fill_month(session, "2026-10", v1.id, skip=set(range(19 * 24, 31 * 24)))  # hours from NOW on: not yet
+    pricing = policy_doc().pricing.model_dump(mode="json")
+    pricing["gpu_models"]["NVIDIA A100-SXM4-80GB"]["hosting_per_hour"] = "0.25"
+    raised = policy_doc(pricing=pricing)
+    store_policy(session, raised, effective_from=NOW)
+    answer = month_forecasts(session=session, as_of=NOW)
+    for tenant, per_hour in PER_HOUR.items():
+        f = answer.tenants[tenant]
+        assert f.actual == per_hour * 19 * 24  # as billed
+        assert f.expected_remaining == per_hour * D("1.35") / D("1.30") * 12 * 24
+    assert answer.tenants["vision"].month_end == D("592.80") + D("388.80")
+    assert answer.departments["research"].month_end == D("981.60")
+    # the chart's actual line is what was billed, not the history priced again
+    assert set(answer.tenant_costs("vision").values()) == {D("1.30")}
+    assert set(answer.priced.by_tenant["vision"].values()) == {D("1.35")}
+
+
 def test_an_unpriced_gpu_model_gives_no_forecast_but_a_reason(session):
     doc = policy_doc()
     version = store_policy(session, doc, effective_from=datetime(2026, 8, 1, tzinfo=UTC))

@@ -77,3 +77,37 @@ def test_live_view_follows_the_simulator(live_portal, browser):
     expect(page.locator("main")).to_contain_text("Live fleet view")
     page.screenshot(path=str(SHOTS / "fleet-history.png"), full_page=True)
     page.context.close()
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_pool_states_p99_and_the_doctor_fit_the_screen(live_portal, browser, width):
+    """Each pool's state and figures, each service's P99 and red line inside the viewport at both widths; the
+    Fleet page's doctor link leads to findings in readable text, each with a next step."""
+    base, _ = live_portal
+    page = browser.new_context(viewport={"width": width, "height": 900}).new_page()
+    sign_in(page, base, "ada", PASSWORD)
+    page.goto(f"{base}/fleet/live")
+    expect(page.locator("#live-sla tr[data-service] td.p99").first).to_contain_text("ms", timeout=MINUTE_MS)
+    cells = page.locator("#live-pools tr[data-pool] > *, #live-sla tr[data-service] > *")
+    assert cells.count() >= 3 * 4
+    for i in range(cells.count()):
+        box = cells.nth(i).bounding_box()
+        assert box and box["x"] >= 0 and box["x"] + box["width"] <= width + 0.5, (width, i, cells.nth(i).inner_text(), box)
+    states = page.locator("#live-pools tr[data-pool]")
+    for i in range(states.count()):
+        row = states.nth(i)
+        if row.locator("td").nth(1).inner_text().startswith("0 /"):  # nothing occupied: idle, never busy
+            assert row.get_attribute("data-state") == "idle", row.inner_text()
+    assert "within in" not in page.locator("#live-sla").inner_text()
+    page.screenshot(path=str(SHOTS / f"fleet-live-{width}.png"), full_page=True)
+    page.goto(f"{base}/fleet")
+    page.click("#doctor-link")
+    expect(page.locator("table.doctor")).to_be_visible(timeout=MINUTE_MS)
+    rows = page.locator("table.doctor tbody tr")
+    assert rows.count() >= 1
+    for i in range(rows.count()):
+        text = rows.nth(i).inner_text()
+        assert "`" not in text and "{'" not in text, text
+        assert rows.nth(i).locator("td.next-step").inner_text().strip(), text
+    page.screenshot(path=str(SHOTS / f"doctor-{width}.png"), full_page=True)
+    page.context.close()

@@ -22,4 +22,5 @@ SLOW_MODULES = {
     "tests.metrics.test_doctor_agrees_with_ingestion", "tests.api.test_typed_client", "tests.core.test_operator_mistakes",
     "tests.api.test_schemathesis", "tests.billing.test_forecast", "tests.billing.test_unpooled",
     "tests.metrics.test_secrets_never_shown", "tests.billing.test_pdf_unicode", "tests.notify.test_webhooks",
+    "tests.web.test_doctor_page",
 }

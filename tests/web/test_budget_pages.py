@@ -68,7 +68,7 @@ async def test_the_tenant_page_charts_cost_forecast_budget_and_thresholds(client
                        actor="fin")
     sign_in(client, session, make_user(session, "member", "tenant", tenants=["vision"]))  # members see their own
     page = (await client.get("/tenants/vision")).text
-    assert f"This month ({month}): cost, forecast and budget" in page
+    assert f"This month ({month}): what vision owes, forecast and budget" in page
     assert f"{D('1.30') * total:,.2f} USD" in page  # the forecast month end
     data = chart(page, "tenant-budget-data")
     labels = [d["label"] for d in data["datasets"]]

@@ -119,3 +119,24 @@ async def test_memory_headroom_is_measured_from_stored_peaks(client, session, si
     assert "no measurement" not in table
     # search's replicas hold 78 % of their 40,960 MiB instances: 8 on the MIG node at once.
     assert f"{8 * (40960 * 78 // 100):,}" in table
+
+
+async def test_live_view_charts_each_gpu_and_mig_instance_over_the_last_hours(client, session, simulated):
+    """One chart per unit row (whole GPU or MIG instance) of the last 12 finished hours from unit_hour: the
+    3 ingested hours drawn, the 9 before them named as not ingested; each chart opens the unit's heatmap."""
+    sign_in(client, session, make_user(session, "vic", "viewer"))
+    page = await client.get("/fleet/live")
+    assert page.status_code == 200, page.text
+    sim = simulated["sim"]
+    assert page.text.count('<svg class="hours"') == len(sim.topology.units)
+    assert re.search(r'Last 12 h <span class="muted">to \d\d:00</span></th>', page.text) and 'id="history-note"' in page.text
+    mig = next(g for g in sim.topology.gpus if g.mig)
+    row = re.search(rf'<tr data-gpu="{mig.index}" data-instance="1" data-uuid="{mig.uuid}".*?</tr>', page.text, re.S)
+    assert row, "no row for the MIG instance"
+    title = re.search(r"<title>(.*?)</title>", row.group(0)).group(1)
+    hours = title.split(", ")
+    assert len(hours) == 12 and sum("not ingested" in h for h in hours) == 12 - HOURS
+    # the inference tenant holds the instance the whole time: every ingested hour 100 %, drawn as full bars
+    assert [h.split(" ", 1)[1] for h in hours[-HOURS:]] == ["100 %"] * HOURS
+    assert row.group(0).count("v-22.0h7") == HOURS
+    assert f'href="/fleet?pool=mixed-a100&amp;gpu={mig.uuid}"' in row.group(0)

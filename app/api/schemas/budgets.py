@@ -49,6 +49,20 @@ class CrossingOut(Out):
     basis: Literal["actual", "forecast"]
 
 
+class OwedOut(Out):
+    """What the tenant owes this month so far: the cost plus the SLA transfers of the same hours."""
+
+    total: DecimalText = Field(description="cost + sla_penalties + sla_credits: what an invoice of these hours says")
+    cost: DecimalText = Field(description="usage, reserved fee and overage: `actual`, the figure budgets count")
+    sla_penalties: DecimalText = Field(description="paid for SLA breaches while co-located (>= 0)")
+    sla_credits: DecimalText = Field(description="received for its services' breaches (<= 0)")
+    forecast_total: DecimalText | None = Field(description="the month-end cost forecast plus the transfers so far")
+    draft_total: DecimalText | None = Field(description="the rated draft invoice's total; null: the month is not rated")
+    draft_rated_at: datetime | None
+    draft_stale: bool = Field(description="hours were ingested after the draft was rated: `total` has them, the "
+                                          "draft not yet")
+
+
 class BudgetStatus(Out):
     scope: Literal["tenant", "department"]
     name: str
@@ -65,6 +79,8 @@ class BudgetStatus(Out):
                     "(or one in another currency than the costs)")
     crossed: list[CrossingOut] = Field(description="thresholds reached now, by month-to-date cost and by forecast")
     error: str | None
+    owed: OwedOut | None = Field(default=None, description="a tenant's month so far as its invoice would state it "
+                                                           "(GET /budgets/tenants/{tenant} only)")
 
 
 class BudgetList(Out):
