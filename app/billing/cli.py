@@ -61,6 +61,7 @@ def _lines_table(session, row) -> Table:
         table.add_row(f"platform: {kind.removeprefix('platform_')}", "", "", f"{amount:,.2f}")
     table.add_row("platform: unallocated", "", f"{statement['unallocated']['gpu_hours']:,.2f}",
                   f"{statement['unallocated']['amount']:,.2f}")
+    table.add_row("carried by the platform", "", "", f"{statement['carried_total']:,.2f}")
     table.add_section()
     table.add_row("cost C (all pools)", "", "", f"{statement['cost_total']:,.2f}")
     table.caption = (

@@ -146,3 +146,23 @@ def status_of(period) -> dict:
     final = period.status == PeriodStatus.FINALIZED
     return {"final": final, "status_label": "finalized" if final else "draft",
             "total_label": "Total due" if final else "Draft total, not yet due"}
+
+
+INVOICE_PREFIX = "CB"
+
+
+def invoice_number(month: str, tenant: str) -> str:
+    """The invoice's number, derived from its period and tenant: one per pair, the same on every render."""
+    return f"{INVOICE_PREFIX}-{month}-{tenant}"
+
+
+def invoice_dates(period, tz: ZoneInfo) -> dict:
+    """Issue date (the day the period was finalized, in the billing timezone), payment terms and due date, all from
+    what the period stored, never the clock, so an issued invoice renders to the same bytes. None for a draft; the
+    due date is None for a period finalized before its terms were stored."""
+    if period.status != PeriodStatus.FINALIZED or period.finalized_at is None:
+        return {"issue_date": None, "payment_terms_days": None, "due_date": None}
+    issued = aware(period.finalized_at).astimezone(tz).date()
+    terms = period.payment_terms_days
+    return {"issue_date": issued.isoformat(), "payment_terms_days": terms,
+            "due_date": None if terms is None else (issued + timedelta(days=terms)).isoformat()}

@@ -19,6 +19,8 @@ from app.billing.invoice_lines import (
     billing_dates,
     coverage,
     explain,
+    invoice_dates,
+    invoice_number,
     order_key,
     status_of,
 )
@@ -209,6 +211,8 @@ def tenant_invoice(view: PeriodView, tenant: str) -> dict:
         "tenant": tenant,
         "department": department,
         "currency": currency,
+        "invoice_number": invoice_number(view.period.month, tenant),
+        **invoice_dates(view.period, get_settings().tz),
         "billing_dates": billing_dates(view.period, get_settings().tz),
         "coverage": coverage(view.period),
         "clusters": sorted({line["cluster"] for line in explained} - {""}),
@@ -277,6 +281,10 @@ def sla_reconciliation(view: PeriodView) -> list[dict]:
     return out
 
 
+def _pool_row(pool: str) -> dict:
+    return {"pool": pool, "charges": ZERO, "transfers": ZERO, "unallocated": ZERO, **{k: ZERO for k in BALANCE_KINDS}}
+
+
 def platform_statement(view: PeriodView) -> dict:
     """Balance lines, unallocated use, gaps, unattributed breaches, C per pool and the conservation check."""
     rating = [l for l in view.lines if l.source == LineSource.RATING]
@@ -284,9 +292,7 @@ def platform_statement(view: PeriodView) -> dict:
     pools: dict[str, dict] = {}
     unallocated_hours = unallocated_amount = ZERO
     for l in rating:
-        pool = pools.setdefault(
-            l.pool, {"pool": l.pool, "charges": ZERO, "transfers": ZERO, **{k: ZERO for k in BALANCE_KINDS}}
-        )
+        pool = pools.setdefault(l.pool, _pool_row(l.pool))
         if l.kind in BALANCE_KINDS:
             by_kind[l.kind] += l.amount
             pool[l.kind] += l.amount
@@ -297,12 +303,14 @@ def platform_statement(view: PeriodView) -> dict:
         if l.kind == LineKind.UNALLOCATED:
             unallocated_hours += l.quantity
             unallocated_amount += l.amount
+            pool["unallocated"] += l.amount
     rows = []
     for name in sorted(set(pools) | set(view.costs)):
-        pool = pools.get(name) or {"pool": name, "charges": ZERO, "transfers": ZERO, **{k: ZERO for k in BALANCE_KINDS}}
+        pool = pools.get(name) or _pool_row(name)
         cost = view.costs.get(name, ZERO)
         balance = sum((pool[k] for k in BALANCE_KINDS), ZERO)
-        pool.update(cost=cost, balance=balance, difference=pool["charges"] + balance - cost, cluster=view.cluster_of(name))
+        pool.update(cost=cost, balance=balance, difference=pool["charges"] + balance - cost, cluster=view.cluster_of(name),
+                    tenant_charges=pool["charges"] - pool["unallocated"], carried=balance + pool["unallocated"])
         pool["conserved"] = pool["difference"] == ZERO and pool["transfers"] == ZERO
         rows.append(pool)
     breaches = [
@@ -317,6 +325,10 @@ def platform_statement(view: PeriodView) -> dict:
         "balance": {k: by_kind[k] for k in BALANCE_KINDS},
         "balance_total": sum(by_kind.values(), ZERO),
         "unallocated": {"gpu_hours": unallocated_hours.quantize(QUANTITY), "amount": unallocated_amount},
+        # What the platform carries: the part of C billed to no tenant, i.e. the platform balance (SPEC 5.5) plus
+        # the unallocated use billed to the platform (SPEC 5.6). Per pool: cost = tenant_charges + carried.
+        "carried_total": sum(by_kind.values(), ZERO) + unallocated_amount,
+        "tenant_charges_total": sum((r["tenant_charges"] for r in rows), ZERO),
         "pools": rows,
         "several_clusters": view.several_clusters,
         "cost_total": sum(view.costs.values(), ZERO),

@@ -43,6 +43,9 @@ class BillingPeriod(SQLModel, table=True):
     rated_by: str | None = None
     finalized_at: datetime | None = None
     finalized_by: str | None = None
+    # Payment terms in force when it was finalized: its invoices are due this many days after their issue date
+    # (None: finalized before migration 0032; its invoices name no due date)
+    payment_terms_days: int | None = None
     accept_gaps_reason: str | None = None
     accept_unpooled_reason: str | None = None  # why GPUs on nodes no pool names were left unpriced
     accept_unreconciled_reason: str | None = None  # why hours the source does not confirm were billed as stored

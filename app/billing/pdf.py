@@ -24,8 +24,9 @@ from fpdf.enums import TextEmphasis, XPos, YPos
 
 from app.billing.invoices import PeriodView, invoice_summaries, platform_statement, tenant_invoice
 from app.billing.types import LineKind
-from app.http.numbers import exact_number
+from app.http.numbers import exact_number, hours, money
 
+CARRIED = "Carried by the platform"  # the statement's one figure: balance lines + unallocated use (page, API)
 LABELS = {
     LineKind.IDLE: "Idle capacity",
     LineKind.DARK_DISCOUNT: "Dark-time discount",
@@ -134,10 +135,6 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def _money(value: Decimal, currency: str) -> str:
-    return f"{value:,.2f} {currency}"
-
-
 class _Doc(FPDF):
     def __init__(self, title: str, cut: int | None = None):
         super().__init__(orientation="P", unit="mm", format="A4")
@@ -182,7 +179,9 @@ class _Doc(FPDF):
         self.set_font("Helvetica", size=9)
         self.cell(0, 5, _text(text), new_x=XPos.LMARGIN, new_y=YPos.NEXT)
 
-    def table(self, widths: list[float], header: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> None:
+    def table(self, widths: list[float], header: list[str], rows: list[list[str]], right: set[int] = frozenset(),
+              totals: list[str] | None = None) -> None:
+        """A table; `totals` is its last row, in bold under a rule."""
         self.set_font("Helvetica", "B", 8)
         for w, h in zip(widths, header):
             self.cell(w, 5, _text(h), border="B")
@@ -192,6 +191,12 @@ class _Doc(FPDF):
             for i, (w, value) in enumerate(zip(widths, row)):
                 self.cell(w, 4.5, _text(value), align="R" if i in right else "L")
             self.ln(4.5)
+        if totals is not None:
+            self.set_font("Helvetica", "B", 8)
+            for i, (w, value) in enumerate(zip(widths, totals)):
+                self.cell(w, 5, _text(value), border="T", align="R" if i in right else "L")
+            self.ln(5)
+            self.set_font("Helvetica", size=8)
         self.ln(2)
 
 
@@ -235,16 +240,22 @@ def render_pdf(view: PeriodView) -> bytes:
     doc.line_text(f"Period: {period.starts_at:%Y-%m-%d %H:%M} UTC to {period.ends_at:%Y-%m-%d %H:%M} UTC (end exclusive)")
     doc.ln(3)
     doc.heading("Invoices", 12)
+    invoices, departments = summary["invoices"], summary["departments"]
+    invoiced = sum((i["total"] for i in invoices), Decimal(0))
     doc.table(
         [60, 50, 35, 41], ["Tenant", "Department", "GPU-hours", "Total"],
-        [[i["tenant"], i["department"], f"{i['gpu_hours']:.2f}", _money(i["total"], cur)] for i in summary["invoices"]],
+        [[i["tenant"], i["department"], hours(i["gpu_hours"], 2), money(i["total"], cur)] for i in invoices],
         right={2, 3},
+        totals=[f"All tenants ({len(invoices)})", "", hours(sum((i["gpu_hours"] for i in invoices), Decimal(0)), 2),
+                money(invoiced, cur)],
     )
     doc.heading("Departments", 12)
     doc.table(
         [60, 85, 41], ["Department", "Tenants", "Total"],
-        [[d["department"], str(len(d["tenants"])), _money(d["total"], cur)] for d in summary["departments"]],
+        [[d["department"], str(len(d["tenants"])), money(d["total"], cur)] for d in departments],
         right={2},
+        totals=[f"All departments ({len(departments)})", str(sum(len(d["tenants"]) for d in departments)),
+                money(sum((d["total"] for d in departments), Decimal(0)), cur)],
     )
 
     statement = platform_statement(view)
@@ -252,17 +263,21 @@ def render_pdf(view: PeriodView) -> bytes:
     doc.heading(f"Platform statement - {period.month}", 14)
     doc.table(
         [120, 66], ["Balance line", "Amount"],
-        [[LABELS[k], _money(v, cur)] for k, v in statement["balance"].items()]
-        + [["Unallocated use (" + f"{statement['unallocated']['gpu_hours']:.2f} GPU-hours)",
-            _money(statement["unallocated"]["amount"], cur)]],
+        [[LABELS[k], money(v, cur)] for k, v in statement["balance"].items()]
+        + [[f"Use no tenant claims ({hours(statement['unallocated']['gpu_hours'], 2)} GPU-hours)",
+            money(statement["unallocated"]["amount"], cur)]],
         right={1},
+        totals=[CARRIED, money(statement["carried_total"], cur)],
     )
     doc.heading("Cost per pool (C) and conservation", 12)
     doc.table(
-        [46, 35, 35, 35, 35], ["Pool", "Cost C", "Charges", "Balance", "Check"],
-        [[_pool(r, statement["several_clusters"]), _money(r["cost"], cur), _money(r["charges"], cur), _money(r["balance"], cur),
-          "conserved" if r["conserved"] else f"off by {r['difference']}"] for r in statement["pools"]],
+        [36, 30, 42, 42, 36], ["Pool", "Cost C", "Tenants: capacity, use", CARRIED, "Check"],
+        [[_pool(r, statement["several_clusters"]), money(r["cost"], cur), money(r["tenant_charges"], cur),
+          money(r["carried"], cur), "conserved" if r["conserved"] else f"off by {money(r['difference'], cur)}"]
+         for r in statement["pools"]],
         right={1, 2, 3},
+        totals=["All pools", money(statement["cost_total"], cur), money(statement["tenant_charges_total"], cur),
+                money(statement["carried_total"], cur), "conserved" if statement["conserved"] else "NOT conserved"],
     )
     doc.line_text(f"Hours ingested: {statement['hours_ok']} of {statement['hours_expected']}")
     doc.line_text(f"Gap hours: {len(statement['gap_hours'])}    Hours not ingested: {len(statement['missing_hours'])}")
@@ -272,25 +287,25 @@ def render_pdf(view: PeriodView) -> bytes:
     if unpooled["hours"]:  # only when present, so pooled-only statements keep their bytes
         doc.line_text(
             f"Unpooled GPUs (nodes no pool names, unpriced): up to {unpooled['max_gpus']} GPUs, "
-            f"{unpooled['capacity_gpu_hours']:.2f} GPU-hours capacity, {unpooled['used_gpu_hours']:.2f} used"
+            f"{hours(unpooled['capacity_gpu_hours'], 2)} GPU-hours capacity, {hours(unpooled['used_gpu_hours'], 2)} used"
         )
         for u in unpooled["usage"]:
-            doc.line_text(f"  {u['tenant']} ({u['class']}): {u['gpu_hours']:.2f} GPU-hours, unpriced")
+            doc.line_text(f"  {u['tenant']} ({u['class']}): {hours(u['gpu_hours'], 2)} GPU-hours, unpriced")
         if unpooled["accept_reason"]:
             doc.line_text(f"Unpooled accepted: {unpooled['accept_reason']}")
     for hour in statement["gap_hours"][:48]:
         doc.line_text(f"  gap hour {hour}")
     for u in statement["unmeasured"]:  # only when there are gaps, so complete months keep their bytes
         doc.line_text(f"  unmeasured capacity of {_pool(u, statement['several_clusters'])}: {u['gap_hours']} gap hours x "
-                      f"{u['gpus']} GPUs last seen = {u['gpu_hours']:.2f} GPU-hours, {_money(u['amount'], cur)} (not billed)")
+                      f"{u['gpus']} GPUs last seen = {hours(u['gpu_hours'], 2)} GPU-hours, {money(u['amount'], cur)} (not billed)")
     doc.line_text(
         f"Unattributed SLA breach minutes: {len(statement['unattributed_breaches'])}"
-        f" (penalty nobody pays: {_money(statement['unattributed_penalty_total'], cur)})"
+        f" (penalty nobody pays: {money(statement['unattributed_penalty_total'], cur)})"
     )
     quality = statement["data_quality"]
     if quality["findings"]:
         doc.line_text(f"Data quality: {quality['findings']} unit-hours above capacity, "
-                      f"{quality['gpu_hours_cut']:.2f} GPU-hours cut (not billed)")
+                      f"{hours(quality['gpu_hours_cut'], 2)} GPU-hours cut (not billed)")
 
     for tenant in view.tenants:
         _invoice_page(doc, view, tenant)
@@ -298,7 +313,7 @@ def render_pdf(view: PeriodView) -> bytes:
 
 
 def _num(value: Decimal | None, *, trim: bool = True) -> str:
-    return "-" if value is None else exact_number(value, trim=trim, separators=False)
+    return "-" if value is None else exact_number(value, trim=trim)
 
 
 def _invoice_page(doc: _Doc, view: PeriodView, tenant: str) -> None:
@@ -308,6 +323,7 @@ def _invoice_page(doc: _Doc, view: PeriodView, tenant: str) -> None:
     doc.add_page()
     # DRAFT first: a right-to-left tenant name must end the line, or bidi reordering moves the text around it.
     doc.heading(("" if inv["final"] else "DRAFT - ") + f"Invoice {period.month} - tenant {tenant}", 14)
+    doc.line_text(_identity(inv))
     doc.line_text(f"Department: {inv['department'] or '-'}    Status: {inv['status_label']}    Currency: {cur}")
     doc.line_text(f"Billing period: {dates['first_day']} to {dates['last_day']} ({dates['start_local']} to "
                   f"{dates['end_local']}, {dates['timezone']}, end exclusive)")
@@ -318,21 +334,21 @@ def _invoice_page(doc: _Doc, view: PeriodView, tenant: str) -> None:
     doc.ln(2)
     rows: list[list[str]] = []
     for group in inv["groups"]:
-        rows.append([f"{group['label']}", "", "", "", "", "", _money(group["subtotal"], cur)])
+        rows.append([f"{group['label']}", "", "", "", "", "", money(group["subtotal"], cur)])
         for l in (line for line in inv["lines"] if line["group"] == group["group"]):
             unit = "min" if l["unit"] == "breach-minute" else "GPU-h"
             rows.append([
                 "  " + l["kind"].replace("_", " ") + (" (correction)" if l["correction"] else ""),
                 _pool(l, inv["several_clusters"]),
                 l["class"] + (f" {l['service']}" if l["service"] else ""), str(l["policy_version"]),
-                f"{_num(l['quantity'])} {unit}", _num(l["unit_rate"], trim=False), _money(l["amount"], cur),
+                f"{_num(l['quantity'])} {unit}", _num(l["unit_rate"], trim=False), money(l["amount"], cur),
             ])
             if l["dark_multiplier"] is not None:
-                rows.append([f"    at full rate {_money(l['undiscounted_amount'], cur)} x dark-time multiplier "
-                             f"{_num(l['dark_multiplier'])} = {_money(l['amount'], cur)}; discount "
-                             f"{_money(l['discount'], cur)}", "", "", "", "", "", ""])
+                rows.append([f"    at full rate {money(l['undiscounted_amount'], cur)} x dark-time multiplier "
+                             f"{_num(l['dark_multiplier'])} = {money(l['amount'], cur)}; discount "
+                             f"{money(l['discount'], cur)}", "", "", "", "", "", ""])
             if l["policy_rate"] is not None:
-                rows.append([f"    penalty {_money(l['policy_rate'], cur)} per breach minute (policy v{l['policy_version']})",
+                rows.append([f"    penalty {money(l['policy_rate'], cur)} per breach minute (policy v{l['policy_version']})",
                              "", "", "", "", "", ""])
     doc.table(
         [40, 26, 32, 10, 30, 22, 26], ["Line", "Pool", "Class / service", "Ver", "Quantity", "Unit rate", "Amount"],
@@ -340,16 +356,26 @@ def _invoice_page(doc: _Doc, view: PeriodView, tenant: str) -> None:
     )
     doc.table(
         [50, 30, 30, 30, 46], ["Pool", "Class", "Busy GPU-h", "Dark GPU-h", "Efficiency"],
-        [[_pool(g, inv["several_clusters"]), g["class"], f"{g['busy']:.2f}", f"{g['dark']:.2f}",
+        [[_pool(g, inv["several_clusters"]), g["class"], hours(g["busy"], 2), hours(g["dark"], 2),
           "-" if g["efficiency"] is None else f"{g['efficiency']:.1%}"] for g in inv["gpu_hours"]],
         right={2, 3, 4},
     )
     eff = "-" if inv["efficiency"] is None else f"{inv['efficiency']:.1%}"
-    doc.line_text(f"GPU-hours: {inv['gpu_hours_total']:.2f}    Efficiency: {eff}")
-    doc.line_text(f"Penalties paid: {_money(inv['penalties_paid'], cur)}    "
-                  f"Credits received: {_money(inv['credits_received'], cur)}")
+    doc.line_text(f"GPU-hours: {hours(inv['gpu_hours_total'], 2)}    Efficiency: {eff}")
+    doc.line_text(f"Penalties paid: {money(inv['penalties_paid'], cur)}    "
+                  f"Credits received: {money(inv['credits_received'], cur)}")
     doc.set_font("Helvetica", "B", 11)
-    doc.cell(0, 8, _text(f"{inv['total_label']}: {_money(inv['total'], cur)}"), new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+    doc.cell(0, 8, _text(f"{inv['total_label']}: {money(inv['total'], cur)}"), new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+
+
+def _identity(inv: dict) -> str:
+    """The invoice's issue date, due date and number (a draft says it is neither issued nor due). The number ends
+    the line: a right-to-left tenant name in it must not reorder the dates around it."""
+    if not inv["final"]:
+        return f"Draft: not issued, not due    Invoice number: {inv['invoice_number']}"
+    due = (f"{inv['due_date']} ({inv['payment_terms_days']} days)" if inv["due_date"]
+           else "not recorded (finalized before payment terms were stored)")
+    return f"Issue date: {inv['issue_date']}    Due date: {due}    Invoice number: {inv['invoice_number']}"
 
 
 def _pool(row: dict, several_clusters: bool) -> str:

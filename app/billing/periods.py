@@ -191,6 +191,7 @@ def close(
     before = {"status": row.status, "revision": row.revision}
     _claim(
         session, row, status=PeriodStatus.FINALIZED, finalized_at=utcnow(), finalized_by=actor,
+        payment_terms_days=get_settings().payment_terms_days,
         accept_gaps_reason=reason if not hours.complete else None,
         accept_unpooled_reason=reason if unpooled.hours else None,
         accept_unreconciled_reason=reason if not reconciled.reconciled else None,

@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     exporter_jobs: str = ""
     exporter_pod_regex: str = ""
     billing_timezone: str = "UTC"
+    # Days from an invoice's issue date (the period's finalization) to its due date; stored on the period at close.
+    payment_terms_days: int = Field(default=30, ge=0, le=365)
     secret_key: str = DEV_SECRET
     # The simulator, when it is the source.
     simulator_seed: int = 42

@@ -19,27 +19,13 @@ from app.core.errors import AppError
 from app.core.resources import resource_path
 from app.core.settings import get_settings
 from app.core.timeutil import aware
+from app.http import numbers
 from app.http.htmx import is_htmx
 from app.http.numbers import exact_number
 
 
 def _context(request: Request) -> dict[str, Any]:
     return {"current_path": request.url.path}
-
-
-def _hours(value: Any, digits: int = 1) -> str:
-    """GPU-hours on pages: 1 decimal with thousands separators (exports keep the exact figure)."""
-    if value is None:
-        return "–"
-    return f"{Decimal(value):,.{digits}f}"
-
-
-def _money(value: Any, currency: str = "") -> str:
-    """Money on pages: 2 decimals, thousands separators, and the currency code when one is given."""
-    if value is None:
-        return "–"
-    text = f"{Decimal(value):,.2f}"
-    return f"{text} {currency}" if currency else text
 
 
 def _pct(value: Any, digits: int = 1) -> str:
@@ -66,10 +52,10 @@ def merge_query(query: dict, **changes) -> str:
 
 
 templates = Jinja2Blocks(directory=str(resource_path("templates")), context_processors=[_context])
-templates.env.filters["hours"] = _hours
+templates.env.filters["hours"] = numbers.hours  # GPU-hours: 1 decimal on pages
 templates.env.filters["merge_query"] = merge_query
 templates.env.filters["pct"] = _pct
-templates.env.filters["money"] = _money
+templates.env.filters["money"] = numbers.money
 templates.env.filters["minutes"] = _minutes
 templates.env.filters["when"] = _when
 templates.env.filters["exact"] = lambda value, trim=True: exact_number(value, trim=trim)

@@ -157,6 +157,13 @@ class Invoice(Out):
     tenant: str
     department: str
     currency: str
+    invoice_number: str = Field(description="CB-<period>-<tenant>: derived from the period and the tenant, never changes "
+                                            "(a draft shows the number it will be issued under)")
+    issue_date: str | None = Field(description="YYYY-MM-DD in the billing timezone: the day the period was finalized; "
+                                               "null for a draft")
+    payment_terms_days: int | None = Field(description="Days from issue to due date, as stored when the period was "
+                                                       "finalized; null for a draft or a period finalized before terms")
+    due_date: str | None = Field(description="issue_date + payment_terms_days (YYYY-MM-DD); null for a draft (not due)")
     billing_dates: BillingDates
     coverage: Coverage
     clusters: list[str] = Field(description="The clusters of the invoice's pools: one invoice spans every cluster")
@@ -185,7 +192,10 @@ class PoolBalance(Out):
 
     pool: str
     cluster: str
-    charges: DecimalText
+    charges: DecimalText = Field(description="Lines 1-3 and the unallocated use (line 6) of the pool")
+    tenant_charges: DecimalText = Field(description="What the pool's tenants are billed: charges - unallocated")
+    unallocated: DecimalText = Field(description="The pool's use no tenant claims, billed to the platform")
+    carried: DecimalText = Field(description="Carried by the platform: balance + unallocated = cost - tenant_charges")
     transfers: DecimalText
     platform_idle: DecimalText
     platform_dark_discount: DecimalText
@@ -264,8 +274,14 @@ class Statement(Out):
     currency: str
     sla_minutes: list[SlaMinutes]
     balance: Balance
-    balance_total: DecimalText
+    balance_total: DecimalText = Field(description="The platform balance (SPEC 5.5): the four balance lines")
     unallocated: Unallocated
+    carried_total: DecimalText = Field(
+        description="Carried by the platform: balance_total + unallocated amount, the part of cost_total billed to no "
+                    "tenant (the page's and the PDF's one figure)")
+    tenant_charges_total: DecimalText = Field(
+        description="Charged to tenants for capacity and use (lines 1-3, before SLA transfers and corrections): "
+                    "cost_total - carried_total")
     pools: list[PoolBalance]
     several_clusters: bool
     cost_total: DecimalText
