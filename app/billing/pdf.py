@@ -23,7 +23,7 @@ from fpdf import FPDF
 from fpdf.enums import TextEmphasis, XPos, YPos
 
 from app.billing.invoices import PeriodView, invoice_summaries, platform_statement, tenant_invoice
-from app.billing.types import LineKind
+from app.billing.types import LineKind, line_name
 from app.http.numbers import exact_number, hours, money
 
 CARRIED = "Carried by the platform"  # the statement's one figure: balance lines + unallocated use (page, API)
@@ -338,7 +338,7 @@ def _invoice_page(doc: _Doc, view: PeriodView, tenant: str) -> None:
         for l in (line for line in inv["lines"] if line["group"] == group["group"]):
             unit = "min" if l["unit"] == "breach-minute" else "GPU-h"
             rows.append([
-                "  " + l["kind"].replace("_", " ") + (" (correction)" if l["correction"] else ""),
+                "  " + line_name(l["kind"]) + (" (correction)" if l["correction"] else ""),
                 _pool(l, inv["several_clusters"]),
                 l["class"] + (f" {l['service']}" if l["service"] else ""), str(l["policy_version"]),
                 f"{_num(l['quantity'])} {unit}", _num(l["unit_rate"], trim=False), money(l["amount"], cur),
