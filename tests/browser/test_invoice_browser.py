@@ -101,3 +101,22 @@ def test_tenant_reconciles_its_invoice_and_follows_a_penalty(portal, sessions, c
     expect(page.locator("main")).to_contain_text("SLA penalties your tenants paid")
     page.screenshot(path=str(SHOTS / "sla-tenant.png"), full_page=True)
     assert not console.problems, console.problems
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_no_amount_of_the_invoice_hides_off_screen(portal, sessions, console, width):
+    """Every line's name, amount, subtotal and the total sit inside the viewport, at a phone's width and a laptop's
+    (issue 30: at 390 px the Line column was a few characters wide and amounts were off-screen)."""
+    page = sessions("vic")
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(f"{portal['base']}/billing/{portal['months'][-1]}/vision")
+    cells = page.locator(".invoice-lines tr.invoice-line th, .invoice-lines td.amount, [data-testid=total]")
+    assert cells.count() >= 3
+    boxes = cells.evaluate_all("els => els.map(e => { const r = e.getBoundingClientRect(); "
+                               "return [e.innerText.trim(), r.left, r.right, e.scrollWidth <= e.clientWidth + 1]; })")
+    for text, left, right, fits in boxes:
+        assert 0 <= left and right <= width and fits, (text, left, right, width)
+    names = page.locator(".invoice-lines tr.invoice-line th").all_inner_texts()
+    assert not any("_" in name.split("\n")[0] for name in names), names  # people's names, not kind codes
+    page.screenshot(path=str(SHOTS / f"invoice-{width}.png"), full_page=True)
+    assert not console.problems, console.problems
