@@ -94,7 +94,8 @@ def change_artifacts_page(change_id: Id, request: Request, session: SessionDep, 
     return render(request, "policy/artifacts.html", {
         "title": f"Rendered artifacts of change request #{change.id}", "shown": shown,
         "back": (f"/policy/changes/{change.id}", f"change request #{change.id}"),
-        "new_label": f"change request #{change.id}", "old_label": f"version {shown['against']} (active)"})
+        "new_label": f"change request #{change.id}",
+        "old_label": f"version {shown['against']} ({'active' if shown['against_active'] else 'its base'})"})
 
 
 @router.get("/versions/{number}/artifacts")
