@@ -269,6 +269,19 @@ def _combined_document(session: Session, changes: list[ChangeRequest], current: 
     return PolicyDocument.model_validate(merged)
 
 
+def check_appliable(*, session: Session, release: Release, effective_from: datetime) -> list[ChangeRequest]:
+    """409 (or 422 for a past hour) unless `apply_release` would go through now: planned, approved requests attached,
+    each based on the current version and merging with the others. Asked before the confirm step; returns the requests."""
+    if release.state != ReleaseState.PLANNED:
+        raise Conflict(f"release {release.id} is {release.state}: it cannot be applied")
+    _not_in_the_past(effective_from)
+    changes = attached(session=session, release_id=release.id)
+    if not changes:
+        raise Conflict(f"release {release.id} has no approved change requests attached")
+    _combined_document(session, changes, current_version(session=session))
+    return changes
+
+
 def apply_release(*, session: Session, release_id: int, actor: str, effective_from: datetime) -> PolicyVersion:
     """The release gate: the attached approved requests become the active version from `effective_from`."""
     _lock_policy_writes(session)
