@@ -191,3 +191,16 @@ async def test_a_success_message_needs_the_state_to_bear_it_out_and_bad_queries_
     for query in ("release=abc", "release=0", "change=-1", f"change={2**63}"):
         assert (await olga.get(f"/policy/releases?{query}")).status_code == 422, query
     assert 'id="attach"' not in (await olga.get("/policy/releases?change=99")).text  # not an approved, free request
+
+
+async def test_detach_is_a_dark_button_not_the_headers_white_one(browser, v1, fresh_engine):
+    olga, _ = await browser("olga", "operator")
+    release_id = planned(fresh_engine)
+    with unit_of_work(fresh_engine) as session:
+        releases.attach(session=session, release_id=release_id, change_id=approved(session, v1).id, actor="olga")
+    article = release_article((await olga.get("/policy/releases")).text, release_id)
+    assert re.search(r'<button type="submit" class="button-small">Detach</button>', article)
+    assert "link-button" not in article
+    css = (await olga.get("/static/app.css")).text
+    rule = re.search(r"\.button-small \{([^}]*)\}", css)
+    assert rule and "color: var(--ink)" in rule.group(1) and "background: var(--paper)" in rule.group(1)
