@@ -94,6 +94,13 @@ def attached_change_ids(*, session: Session) -> set[int]:
     return set(session.exec(select(ReleaseChange.change_id)))
 
 
+def free_approved(*, session: Session) -> list[ChangeRequest]:
+    """Approved change requests attached to no release (newest first): the ones a planned release can take."""
+    taken = attached_change_ids(session=session)
+    stmt = select(ChangeRequest).where(ChangeRequest.state == ChangeState.APPROVED).order_by(ChangeRequest.id.desc())
+    return [c for c in session.exec(stmt) if c.id not in taken]
+
+
 def _check_fields(name: str | None, service: str | None) -> None:
     errors = text_errors({"name": name, "service": service})  # one-line names: no control characters (NUL included)
     if name is not None and not name.strip():

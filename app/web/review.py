@@ -29,7 +29,7 @@ from app.http.templating import render
 from app.policy.service import get_version, load_document
 from app.review import artifacts, changes, guide, impact, releases
 from app.review.deps import BucketsDep, PeaksDep
-from app.review.models import ChangeRequest, ChangeState, Release, ReleaseState
+from app.review.models import ChangeRequest, Release, ReleaseState
 
 router = APIRouter(prefix="/policy", include_in_schema=False)
 
@@ -93,11 +93,6 @@ def change_page(change_id: Id, request: Request, session: SessionDep, user: Staf
     return render(request, "policy/change.html", context)
 
 
-def _free_approved(session: Session) -> list[ChangeRequest]:
-    taken = releases.attached_change_ids(session=session)
-    return [c for c in changes.list_changes(session=session, state=ChangeState.APPROVED) if c.id not in taken]
-
-
 def _change_step(session: Session, change: ChangeRequest, user: Principal) -> guide.Step:
     release_id = releases.release_of_change(session=session, change_id=change.id)
     release = releases.get_release(session=session, release_id=release_id) if release_id else None
@@ -105,13 +100,13 @@ def _change_step(session: Session, change: ChangeRequest, user: Principal) -> gu
         change, release, releases.attached(session=session, release_id=release.id) if release else [],
         viewer=user.name, may_review=bool(user.roles & REVIEW_ROLES), may_operate=bool(user.roles & OPERATE_ROLES),
         current_version_id=changes.current_version(session=session).id, now=utcnow(),
-        free_approved=len(_free_approved(session)))
+        free_approved=len(releases.free_approved(session=session)))
 
 
 def _release_step(session: Session, release: Release) -> guide.Step:
     return guide.release_step(release, releases.attached(session=session, release_id=release.id),
                               current_version_id=changes.current_version(session=session).id, now=utcnow(),
-                              free_approved=len(_free_approved(session)))
+                              free_approved=len(releases.free_approved(session=session)))
 
 
 @contextmanager
@@ -275,7 +270,7 @@ def release_board(request: Request, session: SessionDep, user: Staff, done: str 
                   change: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None) -> Response:
     """The board; `?change=N` puts approved request N up for attaching, `?done=...` shows what an action did."""
     everything = releases.list_releases(session=session)
-    free = _free_approved(session)
+    free = releases.free_approved(session=session)
     columns = [(state, [r for r in everything if r.state == state]) for state in tuple(ReleaseState)]
     now = utcnow()
     attached = {r.id: releases.attached(session=session, release_id=r.id) for r in everything}
