@@ -109,9 +109,12 @@ def change_new(request: Request, session: SessionDep, user: Operator) -> Respons
 
 @router.post("/changes")
 def change_create(request: Request, session: SessionDep, user: Operator, title: Text = "",
-                  justification: Text = "", document: Text = "") -> Response:
+                  justification: Text = "", document: Text = "", then: Text = "") -> Response:
+    """Create a draft; `then` names a section form to continue in (offered on the first page), else its page."""
     change = changes.create_change(session=session, actor=user.name, title=title, justification=justification,
                                    document=document or None)
+    if then in policy_forms.SECTIONS:
+        return _redirect(request, f"/policy/changes/{change.id}/sections/{then}")
     return _redirect(request, f"/policy/changes/{change.id}")
 
 

@@ -169,3 +169,23 @@ def test_change_page_next_step_at_phone_width(portal, sessions, scene):
     box = page.locator("#next-step").bounding_box()
     assert box["x"] >= 0 and box["x"] + box["width"] <= 390
     shot(page, "change-390")
+
+
+def test_a_new_request_starts_in_a_section_form(portal, sessions, console):
+    base = portal["base"]
+    olga = sessions("olga")
+    olga.goto(f"{base}/policy/changes/new")
+    olga.fill("#title", "Vision gives back a GPU")
+    olga.fill("#justification", "etl is short in the day")
+    olga.check("input[name=then][value=quotas]")
+    shot(olga, "new")
+    submit(olga, "main button:has-text('Save draft')", shows="Quotas")
+    assert re.search(r"/policy/changes/\d+/sections/quotas$", olga.url), olga.url
+    expect(olga.locator("main input[name$='.guaranteed_gpus']").first).to_be_visible()
+    narrow = sessions("olga", width=390)
+    narrow.goto(f"{base}/policy/changes/new")
+    options = narrow.locator(".start-options")
+    box = options.bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= 390
+    shot(narrow, "new-390")
+    assert not console.problems, console.problems

@@ -204,3 +204,22 @@ async def test_detach_is_a_dark_button_not_the_headers_white_one(browser, v1, fr
     css = (await olga.get("/static/app.css")).text
     rule = re.search(r"\.button-small \{([^}]*)\}", css)
     assert rule and "color: var(--ink)" in rule.group(1) and "background: var(--paper)" in rule.group(1)
+
+
+async def test_the_first_page_offers_the_section_forms(browser, v1, fresh_engine):
+    olga, olga_csrf = await browser("olga", "operator")
+    page = (await olga.get("/policy/changes/new")).text
+    offered = re.findall(r'<input type="radio" name="then" value="(\w*)"', page)
+    assert offered == ["quotas", "priorities", "tenants", "pools", "isolation", "sla", "pricing", ""]
+    assert re.search(r'name="then" value="" checked', page)  # Save draft alone still leads to the request's page
+    created = await post(olga, "/policy/changes", olga_csrf, title="fewer GPUs", justification="etl", then="quotas")
+    assert created.status_code == 303
+    location = created.headers["location"]
+    assert re.fullmatch(r"/policy/changes/\d+/sections/quotas", location)
+    form = await olga.get(location)
+    assert form.status_code == 200 and 'name="quotas[vision/mixed-a100].guaranteed_gpus"' in form.text
+    change_id = int(location.split("/")[3])
+    assert row(fresh_engine, ChangeRequest, change_id).base_version_id == v1.id  # a copy of the current version
+    for then in ("", "nonsense"):  # anything but a section: the request's page, as before
+        created = await post(olga, "/policy/changes", olga_csrf, title="t", justification="j", then=then)
+        assert re.fullmatch(r"/policy/changes/\d+", created.headers["location"])
