@@ -34,11 +34,12 @@ class Refused(AppError):
     """A refused step of the flow, as its page shows it: what was refused (the title), why, and what to do next."""
 
     step: Step | None = None
+    back: tuple[str, str] | None = None  # (href, label) of the page the action was taken from
 
 
-def refused(error: AppError, *, what: str, step: Step) -> Refused:
+def refused(error: AppError, *, what: str, step: Step, back: tuple[str, str] | None = None) -> Refused:
     """`error` (same status, detail and field errors) titled with what was refused and carrying the next step."""
-    return Refused(detail=error.detail, status=error.status, title=what, errors=error.errors, step=step)
+    return Refused(detail=error.detail, status=error.status, title=what, errors=error.errors, step=step, back=back)
 
 
 def release_href(release_id: int) -> str:

@@ -34,6 +34,7 @@ from app.review import changes, releases
 from app.review.deps import BucketsDep, PeaksDep
 from app.review.models import ChangeState
 from app.web import policy_forms
+from app.web.review import guided_change
 
 router = APIRouter(prefix="/policy", include_in_schema=False)
 templates.env.filters["policy_value"] = dump_value  # diff cells as the YAML editor writes them: 0.6, not "0.6"
@@ -234,7 +235,8 @@ def _section_context(change, form: policy_forms.Section, *, saved: bool = False)
 
 @router.post("/changes/{change_id}/submit")
 def change_submit(change_id: Id, request: Request, session: SessionDep, user: Operator, peaks: PeaksDep) -> Response:
-    changes.submit(session=session, change_id=change_id, actor=user.name, measured_peaks=peaks)
+    with guided_change(session, change_id, user, "Change request #{id} was not submitted"):
+        changes.submit(session=session, change_id=change_id, actor=user.name, measured_peaks=peaks)
     return _redirect(request, f"/policy/changes/{change_id}")
 
 

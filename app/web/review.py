@@ -119,12 +119,14 @@ def _guided_release(session: Session, release_id: int, what: str) -> Iterator[No
         release = session.get(Release, release_id)
         if release is None:
             raise
-        raise guide.refused(exc, what=what.format(name=release.name), step=_release_step(session, release)) from exc
+        raise guide.refused(exc, what=what.format(name=release.name), step=_release_step(session, release),
+                            back=(guide.release_href(release.id), "the releases board")) from exc
 
 
 @contextmanager
-def _guided_change(session: Session, change_id: int, user: Principal, what: str) -> Iterator[None]:
-    """A refused decision on a change request (409) as a page with the request's next step."""
+def guided_change(session: Session, change_id: int, user: Principal, what: str) -> Iterator[None]:
+    """A refused action on a change request (409) as a page with the request's next step (also used by
+    app/web/policy.py for submit)."""
     try:
         yield
     except Conflict as exc:
@@ -132,7 +134,8 @@ def _guided_change(session: Session, change_id: int, user: Principal, what: str)
         change = session.get(ChangeRequest, change_id)
         if change is None:
             raise
-        raise guide.refused(exc, what=what.format(id=change.id), step=_change_step(session, change, user)) from exc
+        raise guide.refused(exc, what=what.format(id=change.id), step=_change_step(session, change, user),
+                            back=(f"/policy/changes/{change.id}", f"change request #{change.id}")) from exc
 
 
 @router.get("/changes/{change_id}/artifacts")
@@ -180,7 +183,7 @@ _DECISIONS = {
 
 
 def _decide(request: Request, session: Session, user: Principal, change_id: int, decision: str, comment: str, confirm: str) -> Response:
-    with _guided_change(session, change_id, user, f"Change request #{{id}} was not {decision}d"):
+    with guided_change(session, change_id, user, f"Change request #{{id}} was not {decision}d"):
         return _decide_guarded(request, session, user, change_id, decision, comment, confirm)
 
 
@@ -211,7 +214,7 @@ def change_reject(change_id: Id, request: Request, session: SessionDep, user: Re
 
 @router.post("/changes/{change_id}/withdraw")
 def change_withdraw(change_id: Id, request: Request, session: SessionDep, user: Operator, confirm: Text = "") -> Response:
-    with _guided_change(session, change_id, user, "Change request #{id} was not withdrawn"):
+    with guided_change(session, change_id, user, "Change request #{id} was not withdrawn"):
         return _withdraw(request, session, user, change_id, confirm)
 
 

@@ -129,6 +129,7 @@ async def test_a_refused_apply_or_deploy_says_what_happened_and_what_to_do_next(
         # The gate claimed the release before finding nothing attached, then rolled back: the page reads it as it is.
         assert "What to do next: Get a change request approved" in refused.text
         assert 'href="/policy/changes?state=submitted"' in refused.text
+        assert f'<a href="/policy/releases#release-{release_id}">Back to the releases board</a>' in refused.text
     assert row(fresh_engine, Release, release_id).state == ReleaseState.PLANNED
 
     refused = await post(olga, f"/policy/releases/{release_id}/deploy", olga_csrf, confirm="yes")
@@ -223,3 +224,15 @@ async def test_the_first_page_offers_the_section_forms(browser, v1, fresh_engine
     for then in ("", "nonsense"):  # anything but a section: the request's page, as before
         created = await post(olga, "/policy/changes", olga_csrf, title="t", justification="j", then=then)
         assert re.fullmatch(r"/policy/changes/\d+", created.headers["location"])
+
+
+async def test_submitting_twice_says_the_request_waits_for_a_reviewer(browser, v1, fresh_engine):
+    olga, olga_csrf = await browser("olga", "operator")
+    with unit_of_work(fresh_engine) as session:
+        change_id = draft(session, v1).id
+    assert (await post(olga, f"/policy/changes/{change_id}/submit", olga_csrf)).status_code == 303
+    again = await post(olga, f"/policy/changes/{change_id}/submit", olga_csrf)  # a second click, or Back and resend
+    assert again.status_code == 409 and "409 · Conflict" not in again.text
+    assert f"Change request #{change_id} was not submitted" in again.text and "only a draft can be submitted" in again.text
+    assert "What to do next: Waiting for a reviewer" in again.text
+    assert f'<a href="/policy/changes/{change_id}">Back to change request #{change_id}</a>' in again.text
