@@ -179,11 +179,12 @@ def preview_change(change_id: Id, session: SessionDep, _: Staff, peaks: PeaksDep
 
 
 def _diffs(shown: dict) -> dict:
-    return {**shown, "files": [{k: f[k] for k in ("file", "status", "diff")} for f in shown["files"]]}
+    kept = {k: v for k, v in shown.items() if k != "against_active"}  # the page's label; `against` names the version
+    return {**kept, "files": [{k: f[k] for k in ("file", "status", "diff")} for f in shown["files"]]}
 
 
 @router.get("/changes/{change_id}/artifacts", response_model=ArtifactsDiff,
-            summary="The request's rendered artifacts diffed against the active version's (422 while it has errors)")
+            summary="The request's rendered artifacts diffed against its base version's, as approved (422 while it has errors)")
 def change_artifacts(change_id: Id, session: SessionDep, _: Staff) -> dict:
     change = changes.get_change(session=session, change_id=change_id)
     return _diffs(artifacts.change_artifacts_or_422(session=session, change=change))

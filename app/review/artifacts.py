@@ -1,7 +1,7 @@
 """Rendered artifacts (Kubernetes, Kueue, mig-parted, alert rules) file by file, with unified diffs.
 
 A version's files are diffed against the previous version's policy rendered under the same version
-number, and a change request's proposal is rendered under the active version's number and diffed
+number, and a change request's proposal is rendered under its base version's number and diffed
 against that version's stored files: either way the diff shows what the policy change does to the
 files, not the version stamp every file carries.
 """
@@ -14,7 +14,7 @@ from sqlmodel import Session
 
 from app.core.errors import FieldError, Invalid
 from app.policy.render import CHECKSUMS_FILE, render_bundle
-from app.policy.service import active_version, load_document, previous_version
+from app.policy.service import active_version, get_version, load_document, previous_version
 from app.review.changes import current_version, validation
 from app.review.models import ChangeRequest
 from app.review.releases import artifacts_for
@@ -48,18 +48,24 @@ def version_artifacts(*, session: Session, number: int) -> dict:
 
 
 def change_artifacts(*, session: Session, change: ChangeRequest) -> dict | None:
-    """The request's proposal rendered, diffed against the active version's files; None while it does not validate
-    (a document with errors is never rendered, as a release would refuse it)."""
+    """The request's proposal rendered, diffed against the files of the version it is based on; None while it does
+    not validate (a document with errors is never rendered, as a release would refuse it).
+
+    The base, not the active version: once applied, the active version is the request's own result and the diff
+    would be empty. Document and base are fixed from approval on (a rebase moves both together), so the page
+    shows after apply the diff the reviewer approved."""
     doc, findings = validation(change)
     if doc is None or any(e.severity == "error" for e in findings):
         return None
+    base = get_version(session=session, number=change.base_version_id)
     active = active_version(session=session) or current_version(session=session)
-    old, _ = artifacts_for(session=session, version_id=active.id)
-    new = render_bundle(doc, active.id)
+    old, _ = artifacts_for(session=session, version_id=base.id)
+    new = render_bundle(doc, base.id)
     return {
         "change": change.id,
-        "against": active.id,
-        "files": file_diffs(old, new, old_label=f"v{active.id}", new_label=f"change-{change.id}"),
+        "against": base.id,
+        "against_active": base.id == active.id,
+        "files": file_diffs(old, new, old_label=f"v{base.id}", new_label=f"change-{change.id}"),
     }
 
 

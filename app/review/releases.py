@@ -94,6 +94,13 @@ def attached_change_ids(*, session: Session) -> set[int]:
     return set(session.exec(select(ReleaseChange.change_id)))
 
 
+def free_approved(*, session: Session) -> list[ChangeRequest]:
+    """Approved change requests attached to no release (newest first): the ones a planned release can take."""
+    taken = attached_change_ids(session=session)
+    stmt = select(ChangeRequest).where(ChangeRequest.state == ChangeState.APPROVED).order_by(ChangeRequest.id.desc())
+    return [c for c in session.exec(stmt) if c.id not in taken]
+
+
 def _check_fields(name: str | None, service: str | None) -> None:
     errors = text_errors({"name": name, "service": service})  # one-line names: no control characters (NUL included)
     if name is not None and not name.strip():
@@ -267,6 +274,19 @@ def _combined_document(session: Session, changes: list[ChangeRequest], current: 
             )
         merged = result.merged
     return PolicyDocument.model_validate(merged)
+
+
+def check_appliable(*, session: Session, release: Release, effective_from: datetime) -> list[ChangeRequest]:
+    """409 (or 422 for a past hour) unless `apply_release` would go through now: planned, approved requests attached,
+    each based on the current version and merging with the others. Asked before the confirm step; returns the requests."""
+    if release.state != ReleaseState.PLANNED:
+        raise Conflict(f"release {release.id} is {release.state}: it cannot be applied")
+    _not_in_the_past(effective_from)
+    changes = attached(session=session, release_id=release.id)
+    if not changes:
+        raise Conflict(f"release {release.id} has no approved change requests attached")
+    _combined_document(session, changes, current_version(session=session))
+    return changes
 
 
 def apply_release(*, session: Session, release_id: int, actor: str, effective_from: datetime) -> PolicyVersion:

@@ -34,6 +34,7 @@ from app.review import changes, releases
 from app.review.deps import BucketsDep, PeaksDep
 from app.review.models import ChangeState
 from app.web import policy_forms
+from app.web.review import guided_change
 
 router = APIRouter(prefix="/policy", include_in_schema=False)
 templates.env.filters["policy_value"] = dump_value  # diff cells as the YAML editor writes them: 0.6, not "0.6"
@@ -109,9 +110,12 @@ def change_new(request: Request, session: SessionDep, user: Operator) -> Respons
 
 @router.post("/changes")
 def change_create(request: Request, session: SessionDep, user: Operator, title: Text = "",
-                  justification: Text = "", document: Text = "") -> Response:
+                  justification: Text = "", document: Text = "", then: Text = "") -> Response:
+    """Create a draft; `then` names a section form to continue in (offered on the first page), else its page."""
     change = changes.create_change(session=session, actor=user.name, title=title, justification=justification,
                                    document=document or None)
+    if then in policy_forms.SECTIONS:
+        return _redirect(request, f"/policy/changes/{change.id}/sections/{then}")
     return _redirect(request, f"/policy/changes/{change.id}")
 
 
@@ -231,7 +235,8 @@ def _section_context(change, form: policy_forms.Section, *, saved: bool = False)
 
 @router.post("/changes/{change_id}/submit")
 def change_submit(change_id: Id, request: Request, session: SessionDep, user: Operator, peaks: PeaksDep) -> Response:
-    changes.submit(session=session, change_id=change_id, actor=user.name, measured_peaks=peaks)
+    with guided_change(session, change_id, user, "Change request #{id} was not submitted"):
+        changes.submit(session=session, change_id=change_id, actor=user.name, measured_peaks=peaks)
     return _redirect(request, f"/policy/changes/{change_id}")
 
 

@@ -182,8 +182,8 @@ def test_change_request_review_release_history(portal, sessions, console):
     op.wait_for_selector(f"main a[href='/policy/changes/{change_id}']")
     effective = (floor_hour(utcnow()) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
     op.fill("input[name=effective_from]", effective)
-    op.click("main button:has-text('Apply policy')")
-    op.wait_for_selector("text=Applied as")
+    ask(op, "main button:has-text('Apply policy')", shows="Apply search-chat 2.4?")  # the confirm step
+    submit(op, "main form button:has-text('Apply policy')", shows="Applied as")
     shot(op, "releases")
 
     op.goto(f"{base}/policy/versions")

@@ -85,8 +85,9 @@ async def test_releases_board_gate(browser, v1, fresh_engine):
     bad = await post(olga, f"/policy/releases/{release_id}/apply", olga_csrf, effective_from="soon")
     assert bad.status_code == 422 and "effective_from" in bad.text
     now = floor_hour(utcnow()).strftime("%Y-%m-%dT%H:%M")
-    assert (await post(olga, f"/policy/releases/{release_id}/apply", olga_csrf, effective_from=now)).status_code == 303
-    assert (await post(olga, f"/policy/releases/{release_id}/deploy", olga_csrf)).status_code == 303
+    assert (await post(olga, f"/policy/releases/{release_id}/apply", olga_csrf, effective_from=now,
+                       confirm="yes")).status_code == 303
+    assert (await post(olga, f"/policy/releases/{release_id}/deploy", olga_csrf, confirm="yes")).status_code == 303
     assert row(fresh_engine, Release, release_id).state == ReleaseState.DEPLOYED
     with unit_of_work(fresh_engine) as session:
         assert [v.source for v in session.exec(select(PolicyVersion).order_by(PolicyVersion.id))] == ["bootstrap", "change"]

@@ -1,5 +1,6 @@
 """Review and release pages: the reviewer's queue and nav badge, evidence above the decision, confirm steps,
-"Mark deployed" only once the version is in effect, rendered artifacts per version and per change with diffs."""
+"Mark deployed" only once the version is in effect, rendered artifacts per version and per change with diffs (a
+change's against its base version, so an applied request still shows what was approved)."""
 
 from __future__ import annotations
 
@@ -149,3 +150,19 @@ async def test_artifacts_of_a_version_and_of_a_change_with_unified_diffs(browser
     queues = next(f["diff"] for f in api["files"] if f["file"] == "kueue/clusterqueues.yaml")
     assert re.search(r"^\+\s+nominalQuota: 8$", queues, re.M)
     assert "nothing to render until they are fixed" in (await vic.get(f"/policy/changes/{broken}")).text
+
+
+async def test_after_apply_the_change_page_keeps_the_artifact_diff_as_approved(browser, v1, fresh_engine):
+    vic, _ = await browser("vic", "viewer")
+    release_id = applied_release(fresh_engine, v1, effective_from=floor_hour(utcnow()))
+    with unit_of_work(fresh_engine) as session:
+        (change,) = releases.attached(session=session, release_id=release_id)
+    html = (await vic.get(f"/policy/changes/{change.id}")).text
+    section = re.search(r'<section class="card" id="artifacts".*?</section>', html, re.S).group(0)
+    # Against its base (version 1), not the active version 2 it became (which would show no change at all).
+    assert "Rendered artifacts against version 1 (its base)" in section and "No rendered file changes" not in section
+    assert re.search(r'diff-del">-\s+nominalQuota: 4<', section) and re.search(r'diff-add">\+\s+nominalQuota: 6<', section)
+    page = await vic.get(f"/policy/changes/{change.id}/artifacts")
+    assert "against version 1 (its base)" in page.text and re.search(r'diff-add">\+\s+nominalQuota: 6<', page.text)
+    api = (await vic.get(f"/api/v1/policy/changes/{change.id}/artifacts")).json()
+    assert api["against"] == 1 and "against_active" not in api

@@ -173,7 +173,7 @@ class ArtifactsDiff(Out):
 
     version: int | None = Field(default=None, description="The version shown (for a version's diff)")
     change: int | None = Field(default=None, description="The change request shown (for a request's diff)")
-    against: int | None = Field(description="The version compared with: the previous one, or the active one; null for the first")
+    against: int | None = Field(description="The version compared with: the previous one, or the request's base version; null for the first")
     files: list[ArtifactFileDiff]
 
 
