@@ -82,6 +82,14 @@ def portal(tmp_path_factory):
 # Module scope: a sync Playwright left running would make the next module's sync_playwright() fail
 # ("Sync API inside the asyncio loop").
 @pytest.fixture(scope="module")
+def engine(portal):
+    """An engine on the module's portal database, for tests that set up their scene directly."""
+    engine = make_engine(portal["url"])
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="module")
 def browser():
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:

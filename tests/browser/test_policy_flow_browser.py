@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from playwright.sync_api import expect
 
-from app.core.db import make_engine, unit_of_work
+from app.core.db import unit_of_work
 from app.core.timeutil import floor_hour, utcnow
 from app.policy.parsing import parse_document
 from app.policy.service import import_version, latest_version
@@ -51,13 +51,6 @@ def contrast(fg: str, bg: str) -> float:
     """WCAG contrast ratio of two CSS rgb() colours."""
     hi, lo = sorted((_luminance(_rgb(fg)), _luminance(_rgb(bg))), reverse=True)
     return (hi + 0.05) / (lo + 0.05)
-
-
-@pytest.fixture(scope="module")
-def engine(portal):
-    engine = make_engine(portal["url"])
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture(scope="module")

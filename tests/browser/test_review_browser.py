@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from playwright.sync_api import expect
 
-from app.core.db import make_engine, unit_of_work
+from app.core.db import unit_of_work
 from app.core.timeutil import floor_hour, utcnow
 from app.policy.service import latest_version
 from app.review import changes, releases
@@ -26,13 +26,6 @@ def shot(page, name: str) -> None:
 
 def trim_vision(data: dict) -> None:
     data["quotas"][0]["guaranteed_gpus"] -= 1
-
-
-@pytest.fixture(scope="module")
-def engine(portal):
-    engine = make_engine(portal["url"])
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture(scope="module")
