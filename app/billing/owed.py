@@ -24,7 +24,9 @@ from app.billing.period import get_period, parse_period
 from app.billing.pricing import cents
 from app.billing.readable import Viewer
 from app.billing.totals import tenant_totals
+from app.core.errors import AppError
 from app.core.timeutil import aware, floor_hour
+from app.metrics.date_ranges import DateRange
 from app.metrics.models import IngestHour
 
 ZERO = Decimal(0)
@@ -84,3 +86,17 @@ def owed_so_far(*, session: Session, tenant: str, as_of: datetime, viewer: Viewe
         owed.update(draft_total=totals.get(tenant, ZERO).quantize(cents(currency)), draft_rated_at=row.rated_at,
                     draft_stale=latest is not None and aware(latest) > aware(row.rated_at))
     return Owed(**owed)
+
+
+def owed_by_tenant(*, session: Session, window: DateRange, viewer: Viewer | None) -> dict[str, Decimal] | None:
+    """What each visible tenant owes for the days of `window` (cost plus the SLA transfers of those hours, as the
+    invoices of whole months say); None when rating refuses the window (a GPU model without a price)."""
+    try:
+        answer = allocation(session=session, window=window, aggregate="tenant", viewer=viewer)
+    except AppError:
+        return None
+    owed = {r.name: r.cost for r in answer.rows if r.kind == ALLOCATED}
+    for transfers in (answer.sla_penalties, answer.sla_credits):
+        for tenant, amount in transfers.items():
+            owed[tenant] = owed.get(tenant, ZERO) + amount
+    return owed

@@ -91,14 +91,6 @@ def tenant_totals(*, session: Session, period: BillingPeriod, viewer: Viewer | N
     return fold_totals(_sums(session, lines, ChargeLineRecord.account), _sums(session, usage, TenantUsageRecord.tenant), None)
 
 
-def month_spend(*, session: Session, month: str, viewer: Viewer | None) -> dict[str, Decimal] | None:
-    """Each visible tenant's total of one rated month; None when the month is not rated."""
-    period = session.execute(select(BillingPeriod).where(BillingPeriod.month == month)).scalars().first()
-    if period is None or period.status == PeriodStatus.OPEN:
-        return None
-    return {t["tenant"]: t["total"] for t in tenant_totals(session=session, period=period, viewer=viewer)}
-
-
 def has_lines(*, session: Session, account: str) -> bool:
     """Whether any period holds a line of `account`."""
     stmt = select(ChargeLineRecord.id).where(ChargeLineRecord.account == account).limit(1)

@@ -10,8 +10,9 @@ from starlette.responses import Response
 
 from app.auth.deps import CurrentUser
 from app.billing.checklist import period_coverage
+from app.billing.owed import owed_by_tenant
 from app.billing.period import get_period, parse_period
-from app.billing.totals import month_spend, tenant_history
+from app.billing.totals import tenant_history
 from app.core.deps import SessionDep
 from app.core.errors import NotFound
 from app.http.htmx import htmx_target
@@ -42,8 +43,7 @@ def tenant_list(
     q: Annotated[str, Query(max_length=100)] = "",
 ) -> Response:
     rc = resolve(start, end)
-    spend_month = tenants_table.month_of(rc.period.end)
-    spend = month_spend(session=session, month=spend_month, viewer=user)
+    spend = owed_by_tenant(session=session, window=rc.period, viewer=user)  # the same days as the GPU-hours
     baseline = coverage(session=session, period=tenants_table.previous_range(rc.period), now=rc.now)
     rows = tenants_table.tenant_rows(session=session, period=rc.period, tenants=user.visible_tenants(), spend=spend,
                                      baseline=baseline)
@@ -57,7 +57,6 @@ def tenant_list(
         "rows": shown,
         "total_rows": len(rows),
         "sparks": {r.tenant: sparkline(r.daily) for r in shown},
-        "spend_month": spend_month,
         "sort": sort,
         "dir": dir,
         "q": q,

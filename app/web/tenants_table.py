@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import timedelta
 from decimal import Decimal
 
 from sqlmodel import Session
@@ -24,7 +24,7 @@ class TenantRow:
     dark_hours: Decimal
     efficiency: float | None  # mean engine activity over occupied samples
     previous_hours: Decimal  # the same number of days just before the range
-    spend: Decimal | None  # the tenant's total of the spend month; None when that month is not rated
+    spend: Decimal | None  # what the tenant owes for the range (billing.owed); None when the range cannot be priced
     daily: list[Decimal | None]  # GPU-hours per day of the range (sparkline); None: no hour of that day ingested
     baseline_whole: bool = True  # every hour of the previous range is ingested
 
@@ -43,10 +43,6 @@ class TenantRow:
 def previous_range(period: DateRange) -> DateRange:
     days = (period.end - period.start).days + 1
     return DateRange(start=period.start - timedelta(days=days), end=period.start - timedelta(days=1), tz=period.tz)
-
-
-def month_of(day: date) -> str:
-    return f"{day.year:04d}-{day.month:02d}"
 
 
 def tenant_rows(

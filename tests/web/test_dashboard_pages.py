@@ -30,7 +30,7 @@ async def test_tenant_list_figures_and_sorting(client, session, seeded):
     # GPU-hours per tenant over 3 hours: vision (2520+1800)*3/3600 = 3.6, search 1.5, etl 0.3; largest first.
     assert _tenant_order(page.text) == ["vision", "search", "etl"]
     assert "<td>3.6</td>" in page.text and 'id="range-start"' in page.text  # GPU-hours: one decimal
-    # Spend comes from the rated lines: vision pays 3 x (0.91 + 0.39 + 1.00 penalty) = 6.90, with its currency.
+    # Owed over the range, as the invoice says: vision pays 3 x (0.91 + 0.39 + 1.00 penalty) = 6.90, with its currency.
     assert "6.90 USD" in page.text
     by_name = await client.get(f"/tenants?{seeded['query']}&sort=tenant&dir=asc")
     assert _tenant_order(by_name.text) == ["etl", "search", "vision"]

@@ -53,3 +53,15 @@ def test_the_tenant_page_the_api_and_the_fresh_draft_owe_the_same(session, sessi
     assert _figure(page.text, "owed-total") == D(api["total"]) == owed + D("1.30")
     assert D(api["draft_total"]) == draft and api["draft_stale"] is True
     assert "the owed figure above includes them, the draft does not yet" in page.text
+
+
+def test_the_tenants_list_owes_what_the_tenant_page_owes_over_the_same_days(session, session_api):
+    month, _, _ = seed_to_now(session)
+    today = utcnow().date()
+    member = session_api.as_(VISION_MEMBER)
+    owed = _figure(member.get("/tenants/vision").text, "owed-total")
+    listed = member.get(f"/tenants?start={month}-01&end={today.isoformat()}").text
+    row = re.search(r'href="/tenants/vision\?[^"]*">vision</a></th>\s*<td>([0-9,.\-]+) USD</td>', listed)
+    assert row, listed[:2000]
+    assert D(row.group(1).replace(",", "")) == owed  # this month's days: the same hours, the same figure
+    assert "Spend" not in listed and re.search(r">Owed\s*<", listed)
