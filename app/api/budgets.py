@@ -112,7 +112,7 @@ def _read(session, scope: str, name: str, user: Principal) -> BudgetStatus:
     status = budgets.status_of(session=session, scope=scope, name=name)
     out = status_out(status, user)
     if scope == TENANT and status.forecast is not None:
-        o = owed_so_far(session=session, tenant=name, as_of=status.as_of, viewer=user)
+        o = owed_so_far(session=session, tenant=name, as_of=status.as_of)
         out.owed = OwedOut(total=str(o.total), cost=str(o.cost), sla_penalties=str(o.sla_penalties),
                            sla_credits=str(o.sla_credits),
                            forecast_total=None if o.forecast_total is None else str(o.forecast_total),

@@ -22,7 +22,7 @@ from app.billing.period import Period, get_period
 from app.billing.periods import hour_status, unpooled_status
 from app.billing.reconciliation import findings, period_reconciliation
 from app.core.timeutil import aware, floor_hour, format_runs
-from app.metrics.models import IngestHour
+from app.metrics.cluster_hours import latest_ingest
 from app.metrics.reconcile.store import ReconcileState
 from app.metrics.usage_read import Coverage, hours_coverage
 
@@ -274,9 +274,7 @@ def close_state(*, session: Session, period: Period, now: datetime) -> CloseStat
     row: BillingPeriod | None = get_period(session=session, month=period.month)
     coverage = period_coverage(session=session, period=period, row=row, now=now)
     unpooled = unpooled_status(session=session, period=period)
-    latest = session.execute(
-        select(func.max(IngestHour.ingested_at)).where(IngestHour.hour >= period.start, IngestHour.hour < period.end)
-    ).scalar_one()
+    latest = latest_ingest(session=session, start=period.start, end=period.end)
     hours = hour_status(session=session, period=period)
     finished = floor_hour(now)
     base = {"month": period.month, "coverage": coverage, "latest_ingest": latest, "unpooled_hours": unpooled.hours,

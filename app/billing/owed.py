@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import func, select
 from sqlmodel import Session
 
 from app.billing.allocation import ALLOCATED, allocation
@@ -26,8 +25,8 @@ from app.billing.readable import Viewer
 from app.billing.totals import tenant_totals
 from app.core.errors import AppError
 from app.core.timeutil import aware, floor_hour
+from app.metrics.cluster_hours import latest_ingest
 from app.metrics.date_ranges import DateRange
-from app.metrics.models import IngestHour
 
 ZERO = Decimal(0)
 
@@ -59,8 +58,10 @@ class Owed:
         return None if self.forecast_cost is None else self.forecast_cost + self.sla_penalties + self.sla_credits
 
 
-def owed_so_far(*, session: Session, tenant: str, as_of: datetime, viewer: Viewer | None) -> Owed:
-    """`tenant`'s month (the billing month holding `as_of`) up to the hour `as_of` falls in."""
+def owed_so_far(*, session: Session, tenant: str, as_of: datetime) -> Owed:
+    """`tenant`'s month (the billing month holding `as_of`) up to the hour `as_of` falls in; the caller has checked
+    that its user may see the tenant. The month to date is read as the forecasts read it (every tenant's
+    allocation, kept for a few seconds), so this adds no second pass over the month's rollups."""
     until = floor_hour(as_of)
     month = current_month(until)
     period = parse_period(month)
@@ -70,7 +71,7 @@ def owed_so_far(*, session: Session, tenant: str, as_of: datetime, viewer: Viewe
     cost = penalties = credits = ZERO
     currency = forecasts.currency
     if window is not None and not forecasts.error:
-        answer = allocation(session=session, window=window, aggregate="tenant", viewer=viewer, tenant=tenant)
+        answer = allocation(session=session, window=window, aggregate="tenant", viewer=None)
         currency = answer.currency
         cost = sum((r.cost for r in answer.rows if r.kind == ALLOCATED and r.name == tenant), ZERO)
         penalties = answer.sla_penalties.get(tenant, ZERO)
@@ -80,9 +81,8 @@ def owed_so_far(*, session: Session, tenant: str, as_of: datetime, viewer: Viewe
                 forecast_cost=None if forecast is None else forecast.month_end)
     row = get_period(session=session, month=month)
     if row is not None and row.status == PeriodStatus.RATED and row.rated_at is not None:
-        totals = {t["tenant"]: t["total"] for t in tenant_totals(session=session, period=row, viewer=viewer)}
-        latest = session.execute(select(func.max(IngestHour.ingested_at))
-                                 .where(IngestHour.hour >= period.start, IngestHour.hour < period.end)).scalar_one()
+        totals = {t["tenant"]: t["total"] for t in tenant_totals(session=session, period=row, viewer=None)}
+        latest = latest_ingest(session=session, start=period.start, end=period.end)
         owed.update(draft_total=totals.get(tenant, ZERO).quantize(cents(currency)), draft_rated_at=row.rated_at,
                     draft_stale=latest is not None and aware(latest) > aware(row.rated_at))
     return Owed(**owed)

@@ -79,6 +79,12 @@ class ClusterHours:
     gaps: int
 
 
+def latest_ingest(*, session: Session, start: datetime, end: datetime) -> datetime | None:
+    """When an hour of [start, end) was last ingested (any cluster); None when none was."""
+    return session.execute(select(func.max(IngestHour.ingested_at))
+                           .where(IngestHour.hour >= start, IngestHour.hour < end)).scalar_one()
+
+
 def cluster_counts(*, session: Session, start: datetime, end: datetime, clusters: Sequence[str]) -> list[ClusterHours]:
     """Ok and gap hours of [start, end) per cluster, in the order given (a cluster with no row counts zero)."""
     rows = _counts(session, start, end, clusters, IngestHour.cluster)

@@ -117,7 +117,7 @@ def tenant_card(*, session, tenant: str, klass: str) -> dict:
         chart = budget_chart(points, klass=klass, budget=budget,
                              thresholds=status.budget.threshold_list if budget is not None else [])
     # what the tenant owes so far (the cost above plus the SLA transfers), and the draft invoice beside it
-    owed = owed_so_far(session=session, tenant=tenant, as_of=status.as_of, viewer=None)
+    owed = owed_so_far(session=session, tenant=tenant, as_of=status.as_of)
     return {"budget_status": status, "budget_chart": chart, "owed": owed}
 
 

@@ -32,10 +32,10 @@ def _seed(session):
 
 def test_owed_is_the_cost_plus_the_transfers_and_the_fresh_draft_says_the_same(session):
     version = _seed(session)
-    vision = owed_so_far(session=session, tenant="vision", as_of=AS_OF, viewer=None)
+    vision = owed_so_far(session=session, tenant="vision", as_of=AS_OF)
     assert (vision.cost, vision.sla_penalties, vision.sla_credits) == (D("1.30") * 455, D("1.00"), D(0))
     assert vision.total == D("592.50") and vision.draft_total is None
-    search = owed_so_far(session=session, tenant="search", as_of=AS_OF, viewer=None)
+    search = owed_so_far(session=session, tenant="search", as_of=AS_OF)
     assert search.sla_credits == D("-1.00") and search.total == D("0.78") * 455 - 1
     status = budgets.status_of(session=session, scope="tenant", name="vision", now=AS_OF)
     assert vision.cost == status.forecast.actual  # the budget's figure is the cost part
@@ -43,12 +43,12 @@ def test_owed_is_the_cost_plus_the_transfers_and_the_fresh_draft_says_the_same(s
 
     periods.rate(session=session, period="2026-10", actor="fin")
     for tenant, owed in (("vision", vision), ("search", search)):
-        fresh = owed_so_far(session=session, tenant=tenant, as_of=AS_OF, viewer=None)
+        fresh = owed_so_far(session=session, tenant=tenant, as_of=AS_OF)
         assert fresh.draft_total == fresh.total == owed.total and not fresh.draft_stale
 
     # an hour arrives after the rating: the figure has it, the draft does not yet, and says so
     add_hour(session, hour=month_hours("2026-10")[LATE], version=version.id, breaches=())
     session.execute(update(IngestHour).where(IngestHour.hour == month_hours("2026-10")[LATE])
                     .values(ingested_at=utcnow() + timedelta(seconds=1)))
-    late = owed_so_far(session=session, tenant="vision", as_of=AS_OF, viewer=None)
+    late = owed_so_far(session=session, tenant="vision", as_of=AS_OF)
     assert late.total == D("593.80") and late.draft_total == D("592.50") and late.draft_stale
